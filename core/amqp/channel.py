@@ -1,0 +1,460 @@
+"""A channel: publish assembly, deliveries, acks, confirms and transactions.
+
+Control methods are decoded by pamqp and handled in `lavin.amqp.handlers`; basic.publish
+and basic.ack, the two methods on the hot path, are decoded here by hand.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from lavin import errors
+from lavin.amqp import codec
+from lavin.api import Message
+
+if TYPE_CHECKING:
+    from lavin.amqp.connection import Connection
+    from lavin.broker.queue import Queue
+    from lavin.broker.vhost import VHost
+
+_ACK_ARGS = struct.Struct(">QB")
+_HEADER_ARGS = struct.Struct(">HHQ")
+
+# An unacked delivery: the queue, the store's message id, and the consumer (None for basic.get).
+Unacked = tuple["Queue", int, "Consumer | None"]
+
+
+class Consumer:
+    __slots__ = ("channel", "queue", "tag", "tag_bytes", "no_ack", "exclusive", "prefetch", "unacked", "arguments")
+
+    def __init__(
+        self, channel: Channel, queue: Queue, tag: str, no_ack: bool, exclusive: bool, arguments: dict[str, Any]
+    ) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.tag = tag
+        self.tag_bytes = codec.shortstr(tag)
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = channel.consumer_prefetch
+        self.unacked = 0
+        self.arguments = arguments
+
+    def can_take(self) -> bool:
+        channel = self.channel
+        if not (channel.flow_active and channel.connection.writable):
+            return False
+        if self.no_ack:
+            return True
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        return not channel.global_prefetch or channel.consumer_unacked < channel.global_prefetch
+
+    def deliver(self, queue: Queue, message_id: int, message: Message, redelivered: bool) -> None:
+        self.channel.deliver(self, queue, message_id, message, redelivered)
+
+    def cancelled_by_broker(self) -> None:
+        self.channel.consumer_cancelled_by_broker(self)
+
+
+class Channel:
+    def __init__(self, connection: Connection, channel_id: int, vhost: VHost) -> None:
+        self.connection = connection
+        self.id = channel_id
+        self.vhost = vhost
+        self.closing = False
+        self.flow_active = True
+        self.last_queue_name = ""
+        self.consumers: dict[str, Consumer] = {}
+        self.unacked: dict[int, Unacked] = {}
+        self.consumer_unacked = 0
+        self.consumer_prefetch = 0
+        self.global_prefetch = 0
+        self._next_tag = 0
+        # publish assembly
+        self._publish: tuple[str, str, bool] | None = None
+        self._properties = b""
+        self._body_size = 0
+        self._body_parts: list[bytes] = []
+        self._body_received = 0
+        self._expect_header = False
+        # publisher confirms
+        self.confirm = False
+        self.publish_seq = 0
+        self._confirmed = 0
+        self._nacks: list[int] = []
+        self._sync_needed_upto = 0
+        self._synced_upto = 0
+        self._sync_registered = False
+        # transactions
+        self.tx = False
+        self._tx_publishes: list[tuple[str, bool, Message]] = []
+        self._tx_acks: list[tuple[int, bool, bool | None]] = []
+
+    # ---- frames in -----------------------------------------------------------------------
+
+    def on_method(self, payload: bytes) -> None:
+        if self.closing:
+            self._method_while_closing(payload)
+            return
+        if self._expect_header or self._publish is not None:
+            raise errors.UnexpectedFrame("expected content header or body, got a method frame")
+        index = codec.METHOD_ID.unpack_from(payload, 0)[0]
+        try:
+            if index == codec.BASIC_PUBLISH:
+                self._start_publish(payload)
+            elif index == codec.BASIC_ACK:
+                tag, bits = _ACK_ARGS.unpack_from(payload, 4)
+                self.ack(tag, bool(bits & 1))
+            else:
+                method = self.connection._decode(payload)
+                handler = HANDLERS.get(type(method))
+                if handler is None:
+                    raise errors.CommandInvalid(f"method '{method.name}' is not allowed from a client")
+                handler(self, method)
+        except struct.error as exc:
+            raise errors.SyntaxError_(f"malformed method arguments: {exc}") from None
+        except errors.ChannelError as exc:
+            self.close_with_error(exc, index >> 16, index & 0xFFFF)
+
+    def _method_while_closing(self, payload: bytes) -> None:
+        index = codec.METHOD_ID.unpack_from(payload, 0)[0]
+        if index == commands.Channel.CloseOk.index:
+            self.connection.channel_closed(self)
+        elif index == commands.Channel.Close.index:
+            self.connection.send(codec.method_frame(self.id, commands.Channel.CloseOk()))
+            self.connection.channel_closed(self)
+
+    def _start_publish(self, payload: bytes) -> None:
+        offset = 6  # class, method, ticket
+        size = payload[offset]
+        exchange = payload[offset + 1 : offset + 1 + size].decode()
+        offset += 1 + size
+        size = payload[offset]
+        routing_key = payload[offset + 1 : offset + 1 + size].decode()
+        offset += 1 + size
+        if offset >= len(payload):
+            raise errors.SyntaxError_("truncated basic.publish")
+        bits = payload[offset]
+        self._publish = (exchange, routing_key, bool(bits & 1))
+        self._expect_header = True
+
+    def on_header(self, payload: bytes) -> None:
+        if self.closing:
+            return
+        if not self._expect_header:
+            raise errors.UnexpectedFrame(f"content header on channel {self.id} without a preceding basic.publish")
+        if len(payload) < 14:
+            raise errors.FrameError("content header shorter than its fixed fields")
+        class_id, _weight, body_size = _HEADER_ARGS.unpack_from(payload, 0)
+        if class_id != codec.BASIC_CLASS:
+            raise errors.UnexpectedFrame(f"content header for class {class_id}, expected 60")
+        self._expect_header = False
+        self._properties = payload[12:]
+        if body_size > self.connection.broker.config.max_message_size:
+            self._publish = None
+            self.close_with_error(
+                errors.PreconditionFailed(
+                    f"message size {body_size} is larger than configured max size "
+                    f"{self.connection.broker.config.max_message_size}"
+                ),
+                60,
+                40,
+            )
+            return
+        self._body_size = body_size
+        self._body_received = 0
+        if body_size == 0:
+            self._complete_publish(b"")
+
+    def on_body(self, payload: bytes) -> None:
+        if self.closing:
+            return
+        if self._publish is None or self._expect_header:
+            raise errors.UnexpectedFrame(f"content body on channel {self.id} without a content header")
+        received = self._body_received + len(payload)
+        if received > self._body_size:
+            raise errors.FrameError(
+                f"content body of {received} bytes exceeds the {self._body_size} bytes in the content header"
+            )
+        if received == self._body_size and not self._body_parts:
+            self._complete_publish(payload)
+            return
+        self._body_parts.append(payload)
+        self._body_received = received
+        if received == self._body_size:
+            body = b"".join(self._body_parts)
+            self._body_parts = []
+            self._complete_publish(body)
+
+    def _complete_publish(self, body: bytes) -> None:
+        publish = self._publish
+        assert publish is not None
+        self._publish = None
+        exchange, routing_key, mandatory = publish
+        message = Message(exchange, routing_key, self._properties, body, int(time.time() * 1000))
+        try:
+            if self.tx:
+                self.vhost.route(exchange, message)  # fail now for a missing exchange, as RabbitMQ does
+                self._tx_publishes.append((exchange, mandatory, message))
+                return
+            self._route(exchange, mandatory, message)
+        except errors.ChannelError as exc:
+            self.close_with_error(exc, 60, 40)
+
+    def _route(self, exchange: str, mandatory: bool, message: Message) -> bool:
+        """Route and store a message; returns True when it must reach the disk before a confirm."""
+        try:
+            queues = self.vhost.route(exchange, message)
+        except ValueError as exc:
+            raise errors.PreconditionFailed(f"invalid message properties: {exc}") from None
+        needs_sync = False
+        for queue in queues:
+            if queue.publish(message):
+                needs_sync = True
+        if not queues and mandatory:
+            self.connection.send(
+                codec.return_frame(self.id, 312, "NO_ROUTE", exchange, message.routing_key)
+                + codec.content_frames(self.id, message.properties, message.body, self.connection.frame_max)
+            )
+        if self.confirm:
+            self.publish_seq += 1
+            if needs_sync:
+                self._sync_needed_upto = self.publish_seq
+                self._wait_for_disk()
+            self.connection.dirty_channels.add(self)
+        return needs_sync
+
+    # ---- publisher confirms --------------------------------------------------------------
+
+    def _wait_for_disk(self) -> None:
+        if not self._sync_registered:
+            self._sync_registered = True
+            self.connection.broker.wait_for_sync(self._prepare_sync)
+
+    def _prepare_sync(self) -> Callable[[bool], None]:
+        self._sync_registered = False
+        seq = self.publish_seq
+        return lambda ok: self._on_synced(seq, ok)
+
+    def _on_synced(self, seq: int, ok: bool) -> None:
+        if self.closing or self.connection.transport is None:
+            return
+        if not ok:
+            self._nacks.extend(range(max(self._confirmed, self._synced_upto) + 1, seq + 1))
+        self._synced_upto = max(self._synced_upto, seq)
+        self.end_of_batch()
+
+    def end_of_batch(self) -> None:
+        """Send the confirms that may go out now, cumulative where possible."""
+        if not self.confirm or self.closing:
+            return
+        target = self.publish_seq if self._sync_needed_upto <= self._synced_upto else self._synced_upto
+        if target <= self._confirmed:
+            return
+        send = self.connection.send
+        nacks = self._nacks
+        while nacks and nacks[0] <= target:
+            nacked = nacks.pop(0)
+            if nacked - 1 > self._confirmed:
+                send(codec.confirm_frame(self.id, nacked - 1, nacked - 1 - self._confirmed > 1))
+            send(codec.confirm_frame(self.id, nacked, False, ack=False))
+            self._confirmed = nacked
+        if target > self._confirmed:
+            send(codec.confirm_frame(self.id, target, target - self._confirmed > 1))
+            self._confirmed = target
+
+    # ---- transactions --------------------------------------------------------------------
+
+    def tx_commit(self) -> None:
+        acks, self._tx_acks = self._tx_acks, []
+        publishes, self._tx_publishes = self._tx_publishes, []
+        for tag, multiple, requeue in acks:
+            if requeue is None:
+                self._ack_now(tag, multiple)
+            else:
+                self._reject_now(tag, multiple, requeue)
+        needs_sync = False
+        for exchange, mandatory, message in publishes:
+            needs_sync |= self._route(exchange, mandatory, message)
+        commit_ok = codec.method_frame(self.id, commands.Tx.CommitOk())
+        if not needs_sync:
+            self.connection.send(commit_ok)
+            return
+
+        def prepare() -> Callable[[bool], None]:
+            return lambda ok: None if self.closing else self.connection.send(commit_ok)
+
+        self.connection.broker.wait_for_sync(prepare)
+
+    def tx_rollback(self) -> None:
+        self._tx_acks.clear()
+        self._tx_publishes.clear()
+
+    # ---- deliveries ----------------------------------------------------------------------
+
+    def deliver(self, consumer: Consumer, queue: Queue, message_id: int, message: Message, redelivered: bool) -> None:
+        self._next_tag += 1
+        tag = self._next_tag
+        if consumer.no_ack:
+            queue.ack(message_id)
+        else:
+            self.unacked[tag] = (queue, message_id, consumer)
+            consumer.unacked += 1
+            self.consumer_unacked += 1
+        connection = self.connection
+        connection.send(
+            codec.deliver_frame(self.id, consumer.tag_bytes, tag, redelivered, message.exchange, message.routing_key)
+            + codec.content_frames(self.id, message.properties, message.body, connection.frame_max)
+        )
+
+    def get(self, queue: Queue, no_ack: bool) -> None:
+        item = queue.get()
+        if item is None:
+            self.connection.send(codec.method_frame(self.id, commands.Basic.GetEmpty()))
+            return
+        message_id, message, redelivered = item
+        self._next_tag += 1
+        tag = self._next_tag
+        if no_ack:
+            queue.ack(message_id)
+        else:
+            self.unacked[tag] = (queue, message_id, None)
+        self.connection.send(
+            codec.get_ok_frame(self.id, tag, redelivered, message.exchange, message.routing_key, queue.message_count)
+            + codec.content_frames(self.id, message.properties, message.body, self.connection.frame_max)
+        )
+
+    def resume_deliveries(self) -> None:
+        for consumer in self.consumers.values():
+            consumer.queue.schedule_drain()
+
+    # ---- acks from the client ------------------------------------------------------------
+
+    def ack(self, tag: int, multiple: bool) -> None:
+        if self.tx:
+            self._take(tag, multiple, remove=False)
+            self._tx_acks.append((tag, multiple, None))
+        else:
+            self._ack_now(tag, multiple)
+
+    def reject(self, tag: int, multiple: bool, requeue: bool) -> None:
+        if self.tx:
+            self._take(tag, multiple, remove=False)
+            self._tx_acks.append((tag, multiple, requeue))
+        else:
+            self._reject_now(tag, multiple, requeue)
+
+    def _ack_now(self, tag: int, multiple: bool) -> None:
+        for queue, message_id, _ in self._take(tag, multiple):
+            queue.ack(message_id)
+        self.resume_deliveries()
+
+    def _reject_now(self, tag: int, multiple: bool, requeue: bool) -> None:
+        entries = self._take(tag, multiple)
+        if requeue:
+            self._requeue(entries)
+        else:
+            for queue, message_id, _ in entries:
+                queue.reject(message_id)
+        self.resume_deliveries()
+
+    def _take(self, tag: int, multiple: bool, remove: bool = True) -> list[Unacked]:
+        """The unacked deliveries an ack/nack/reject names; 406 for an unknown tag."""
+        unacked = self.unacked
+        if multiple:
+            tags = [t for t in unacked if t <= tag] if tag else list(unacked)
+            if not tags and tag:
+                raise errors.PreconditionFailed(f"unknown delivery tag {tag}")
+        else:
+            if tag not in unacked:
+                raise errors.PreconditionFailed(f"unknown delivery tag {tag}")
+            tags = [tag]
+        if not remove:
+            return []
+        entries = [unacked.pop(t) for t in tags]
+        for _, _, consumer in entries:
+            if consumer is not None:
+                consumer.unacked -= 1
+                self.consumer_unacked -= 1
+        return entries
+
+    def recover(self) -> None:
+        """basic.recover: every unacked delivery goes back to its queue as redelivered."""
+        entries = list(self.unacked.values())
+        self.unacked.clear()
+        for _, _, consumer in entries:
+            if consumer is not None:
+                consumer.unacked -= 1
+                self.consumer_unacked -= 1
+        self._requeue(entries)
+
+    @staticmethod
+    def _requeue(entries: Iterable[Unacked]) -> None:
+        by_queue: dict[Queue, list[int]] = {}
+        for queue, message_id, _ in entries:
+            by_queue.setdefault(queue, []).append(message_id)
+        for queue, message_ids in by_queue.items():
+            queue.requeue(message_ids)
+
+    # ---- consumers -----------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers[consumer.tag] = consumer
+        consumer.queue.add_consumer(consumer)
+
+    def cancel_consumer(self, tag: str) -> None:
+        consumer = self.consumers.pop(tag, None)
+        if consumer is not None:
+            consumer.queue.remove_consumer(consumer)
+
+    def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
+        """The queue went away: tell the client (consumer_cancel_notify)."""
+        if self.consumers.pop(consumer.tag, None) is None or self.closing:
+            return
+        capabilities = self.connection.client_properties.get("capabilities") or {}
+        if capabilities.get("consumer_cancel_notify"):
+            self.connection.send(
+                codec.method_frame(self.id, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
+            )
+
+    # ---- closing -------------------------------------------------------------------------
+
+    def close_with_error(self, exc: errors.AMQPError, class_id: int, method_id: int) -> None:
+        if exc.connection_level:
+            raise exc
+        if self.closing:
+            return
+        self.release()
+        self.closing = True
+        self.connection.send(
+            codec.method_frame(
+                self.id,
+                commands.Channel.Close(
+                    reply_code=exc.reply_code, reply_text=exc.reply_text, class_id=class_id, method_id=method_id
+                ),
+            )
+        )
+
+    def release(self) -> None:
+        """Cancel consumers and requeue unacked deliveries (channel or connection closed)."""
+        for consumer in list(self.consumers.values()):
+            self.consumers.pop(consumer.tag, None)
+            consumer.queue.remove_consumer(consumer)
+        entries = list(self.unacked.values())
+        self.unacked.clear()
+        self.consumer_unacked = 0
+        self._requeue(entries)
+        self._tx_publishes.clear()
+        self._tx_acks.clear()
+        self._publish = None
+        self._body_parts = []
+
+
+# Handlers need Consumer and Channel; importing them last keeps the cycle harmless.
+from lavin.amqp.handlers import HANDLERS  # noqa: E402

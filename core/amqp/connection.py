@@ -1,0 +1,434 @@
+"""One client connection: handshake, frame parsing, dispatch to channels, buffered writes.
+
+`data_received` parses every complete frame in one loop and dispatches synchronously, so
+order on a channel is kept for free and a batch of publishes costs no task switches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+import struct
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands, decode as pamqp_decode
+
+import lavin
+from lavin import errors
+from lavin.amqp import codec
+from lavin.amqp.channel import Channel
+from lavin.api import User
+
+if TYPE_CHECKING:
+    from lavin.broker.broker import Broker
+    from lavin.broker.vhost import VHost
+
+log = logging.getLogger(__name__)
+
+FRAME_MIN_SIZE = 4096
+CLOSE_TIMEOUT = 3.0
+
+SERVER_CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+
+# Handshake states
+AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
+
+
+class Connection(asyncio.Protocol):
+    """The AMQP side of one TCP connection."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.loop = broker.loop
+        self.transport: asyncio.Transport | None = None
+        self.state = AWAIT_HEADER
+        self.buffer = bytearray()
+        self.channels: dict[int, Channel] = {}
+        self.frame_max = broker.config.frame_max
+        self.channel_max = broker.config.channel_max
+        self.heartbeat = 0
+        self.user: User | None = None
+        self.vhost: VHost | None = None
+        self.peer_host = ""
+        self.peer = ""
+        self.client_properties: dict[str, Any] = {}
+        self.writable = True
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._received_since_tick = False
+        self._sent_since_tick = False
+        self._missed_heartbeats = 0
+        self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._close_timer: asyncio.TimerHandle | None = None
+        self.dirty_channels: set[Channel] = set()
+
+    # ---- transport callbacks -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peername = transport.get_extra_info("peername") or ("", 0)
+        self.peer_host = str(peername[0])
+        self.peer = f"{peername[0]}:{peername[1]}"
+        transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
+        self.broker.connections.add(self)
+        # A client that never finishes the handshake must not hold a socket forever.
+        self._close_timer = self.loop.call_later(10.0, self._handshake_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        was_open = self.vhost is not None
+        self.state = CLOSED
+        self._cancel_timers()
+        self._release_channels()
+        self.broker.connections.discard(self)
+        if self.vhost is not None:
+            self.vhost.connection_closed(self)
+        if was_open:
+            self.broker.registry.hooks.lavin_connection_closed(connection=self)
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        for channel in list(self.channels.values()):
+            channel.resume_deliveries()
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        self._received_since_tick = True
+        if self.state == AWAIT_HEADER:
+            if len(buffer) < 8:
+                return
+            if not self._check_protocol_header():
+                return
+        try:
+            self._parse_frames()
+        except errors.AMQPError as exc:
+            self.close_with_error(exc)
+        self._after_batch()
+
+    # ---- parsing -------------------------------------------------------------------------
+
+    def _check_protocol_header(self) -> bool:
+        header = bytes(self.buffer[:8])
+        del self.buffer[:8]
+        if header != codec.PROTOCOL_HEADER:
+            # The spec's answer to a header we don't speak: ours, then close.
+            self.transport.write(codec.PROTOCOL_HEADER)  # type: ignore[union-attr]
+            self.transport.close()  # type: ignore[union-attr]
+            self.state = CLOSED
+            return False
+        self._send_start()
+        self.state = AWAIT_START_OK
+        return True
+
+    def _parse_frames(self) -> None:
+        buffer = self.buffer
+        offset = 0
+        end = len(buffer)
+        frame_max = self.frame_max
+        unpack_head = codec.FRAME_HEAD.unpack_from
+        try:
+            while end - offset >= 7 and self.state != CLOSED:
+                frame_type, channel_id, size = unpack_head(buffer, offset)
+                if size + 8 > frame_max:
+                    raise errors.FrameError(
+                        f"frame size {size + 8} exceeds negotiated frame_max {frame_max}"
+                    )
+                frame_end = offset + 7 + size
+                if frame_end >= end:
+                    break
+                if buffer[frame_end] != 0xCE:
+                    raise errors.FrameError(f"frame end octet 0x{buffer[frame_end]:02x} is not 0xce")
+                payload = bytes(buffer[offset + 7 : frame_end])
+                offset = frame_end + 1
+                self._dispatch(frame_type, channel_id, payload)
+        finally:
+            del buffer[:offset]
+
+    def _dispatch(self, frame_type: int, channel_id: int, payload: bytes) -> None:
+        if self.state == CLOSING:
+            self._dispatch_while_closing(frame_type, channel_id, payload)
+            return
+        if frame_type == codec.FRAME_METHOD:
+            if len(payload) < 4:
+                raise errors.FrameError("method frame shorter than its class and method ids")
+            if channel_id == 0:
+                self._connection_method(payload)
+                return
+            channel = self.channels.get(channel_id)
+            if channel is None:
+                self._channel_open(channel_id, payload)
+                return
+            channel.on_method(payload)
+        elif frame_type == codec.FRAME_HEADER or frame_type == codec.FRAME_BODY:
+            channel = self.channels.get(channel_id)
+            if channel is None:
+                if channel_id == 0:
+                    raise errors.CommandInvalid("content frame on channel 0")
+                raise errors.ChannelErrorConn(f"expected 'channel.open' on channel {channel_id}")
+            if frame_type == codec.FRAME_HEADER:
+                channel.on_header(payload)
+            else:
+                channel.on_body(payload)
+        elif frame_type == codec.FRAME_HEARTBEAT:
+            if channel_id != 0:
+                raise errors.CommandInvalid("heartbeat frame on a non-zero channel")
+        else:
+            raise errors.FrameError(f"unknown frame type {frame_type}")
+
+    def _dispatch_while_closing(self, frame_type: int, channel_id: int, payload: bytes) -> None:
+        """After we sent connection.close only close and close-ok matter."""
+        if frame_type != codec.FRAME_METHOD or channel_id != 0 or len(payload) < 4:
+            return
+        index = codec.METHOD_ID.unpack_from(payload, 0)[0]
+        if index == commands.Connection.CloseOk.index:
+            self._abort()
+        elif index == commands.Connection.Close.index:
+            self.send(codec.method_frame(0, commands.Connection.CloseOk()))
+            self._flush()
+            self._abort()
+
+    def _decode(self, payload: bytes) -> Any:
+        try:
+            return codec.decode_method(payload)
+        except KeyError:
+            class_id, method_id = struct.unpack_from(">HH", payload, 0)
+            raise errors.CommandInvalid(f"unknown method class {class_id} method {method_id}") from None
+        except ValueError as exc:
+            raise errors.SyntaxError_(f"malformed method arguments: {exc}") from None
+
+    # ---- connection class ----------------------------------------------------------------
+
+    def _connection_method(self, payload: bytes) -> None:
+        method = self._decode(payload)
+        expected = {
+            AWAIT_START_OK: commands.Connection.StartOk,
+            AWAIT_TUNE_OK: commands.Connection.TuneOk,
+            AWAIT_OPEN: commands.Connection.Open,
+        }.get(self.state)
+        if isinstance(method, commands.Connection.Close):
+            self.send(codec.method_frame(0, commands.Connection.CloseOk()))
+            self._flush()
+            self._abort()
+        elif isinstance(method, commands.Connection.CloseOk):
+            self._abort()
+        elif expected is not None:
+            if not isinstance(method, expected):
+                raise errors.CommandInvalid(f"expected '{expected.name}', got '{method.name}'")
+            if isinstance(method, commands.Connection.StartOk):
+                self._on_start_ok(method)
+            elif isinstance(method, commands.Connection.TuneOk):
+                self._on_tune_ok(method)
+            else:
+                self._on_open(method)
+        elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
+            return
+        else:
+            raise errors.CommandInvalid(f"unexpected '{method.name}' on channel 0")
+
+    def _send_start(self) -> None:
+        start = commands.Connection.Start(
+            version_major=0,
+            version_minor=9,
+            server_properties={
+                "product": "Lavin",
+                "version": lavin.__version__,
+                "platform": f"Python {platform.python_version()}",
+                "information": "An AMQP 0-9-1 broker",
+                "cluster_name": self.broker.config.bind,
+                "capabilities": SERVER_CAPABILITIES,
+            },
+            mechanisms="PLAIN AMQPLAIN",
+            locales="en_US",
+        )
+        self.send(codec.method_frame(0, start))
+
+    def _on_start_ok(self, method: commands.Connection.StartOk) -> None:
+        self.client_properties = dict(method.client_properties or {})
+        username, password = self._credentials(method.mechanism, method.response or "")
+        user = self.broker.authenticate(username, password, self.peer_host, method.mechanism)
+        self.user = user
+        tune = commands.Connection.Tune(
+            channel_max=self.broker.config.channel_max,
+            frame_max=self.broker.config.frame_max,
+            heartbeat=self.broker.config.heartbeat,
+        )
+        self.send(codec.method_frame(0, tune))
+        self.state = AWAIT_TUNE_OK
+
+    @staticmethod
+    def _credentials(mechanism: str, response: str | bytes) -> tuple[str, str]:
+        raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
+        if mechanism == "PLAIN":
+            parts = raw.split(b"\x00")
+            if len(parts) != 3:
+                raise errors.ConnectionAccessRefused("malformed PLAIN response")
+            return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+        if mechanism == "AMQPLAIN":
+            try:
+                _, table = pamqp_decode.field_table(struct.pack(">I", len(raw)) + raw)
+            except ValueError as exc:
+                raise errors.ConnectionAccessRefused(f"malformed AMQPLAIN response: {exc}") from None
+            return str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
+        raise errors.ConnectionAccessRefused(f"unsupported authentication mechanism '{mechanism}'")
+
+    def _on_tune_ok(self, method: commands.Connection.TuneOk) -> None:
+        self.frame_max = _negotiate("frame_max", method.frame_max, FRAME_MIN_SIZE, self.broker.config.frame_max)
+        self.channel_max = _negotiate("channel_max", method.channel_max, 0, self.broker.config.channel_max)
+        self.heartbeat = method.heartbeat
+        if self.heartbeat > 0:
+            self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+        self.state = AWAIT_OPEN
+
+    def _on_open(self, method: commands.Connection.Open) -> None:
+        assert self.user is not None
+        vhost = self.broker.vhosts.get(method.virtual_host)
+        if vhost is None:
+            raise errors.NotAllowed(f"vhost '{method.virtual_host}' not found")
+        if method.virtual_host not in self.user.permissions:
+            raise errors.NotAllowed(
+                f"access to vhost '{method.virtual_host}' refused for user '{self.user.name}'"
+            )
+        self.vhost = vhost
+        self.state = OPEN
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
+        self.send(codec.method_frame(0, commands.Connection.OpenOk()))
+        self.broker.registry.hooks.lavin_connection_opened(connection=self)
+
+    def _channel_open(self, channel_id: int, payload: bytes) -> None:
+        if self.state != OPEN:
+            raise errors.CommandInvalid("channel frame before connection.open")
+        method = self._decode(payload)
+        if not isinstance(method, commands.Channel.Open):
+            raise errors.ChannelErrorConn(f"expected 'channel.open' on channel {channel_id}, got '{method.name}'")
+        if channel_id > self.channel_max:
+            raise errors.NotAllowed(f"channel id {channel_id} exceeds negotiated channel_max {self.channel_max}")
+        assert self.vhost is not None
+        self.channels[channel_id] = Channel(self, channel_id, self.vhost)
+        self.send(codec.method_frame(channel_id, commands.Channel.OpenOk()))
+
+    def channel_closed(self, channel: Channel) -> None:
+        self.channels.pop(channel.id, None)
+        self.dirty_channels.discard(channel)
+
+    # ---- writing -------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        """Queue bytes for the socket; one write per loop tick carries them all."""
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._out:
+            return
+        data = b"".join(self._out)
+        self._out.clear()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+            self._sent_since_tick = True
+
+    def _after_batch(self) -> None:
+        """End of one read: let channels emit what they batch (confirms)."""
+        if self.dirty_channels:
+            for channel in list(self.dirty_channels):
+                channel.end_of_batch()
+            self.dirty_channels.clear()
+
+    # ---- closing -------------------------------------------------------------------------
+
+    def close_with_error(self, exc: errors.AMQPError, class_id: int = 0, method_id: int = 0) -> None:
+        """Send connection.close with the error and wait (briefly) for close-ok."""
+        if self.state in (CLOSING, CLOSED):
+            return
+        if self.state == AWAIT_START_OK or self.state == AWAIT_HEADER:
+            log.warning("closing connection from %s during handshake: %s", self.peer, exc.reply_text)
+        else:
+            log.info("closing connection %s: %s", self.peer, exc.reply_text)
+        self.close(exc.reply_code, exc.reply_text, class_id, method_id)
+
+    def close(self, reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0) -> None:
+        if self.state in (CLOSING, CLOSED):
+            return
+        self.state = CLOSING
+        self._release_channels()
+        self.send(
+            codec.method_frame(
+                0,
+                commands.Connection.Close(
+                    reply_code=reply_code, reply_text=reply_text, class_id=class_id, method_id=method_id
+                ),
+            )
+        )
+        self._flush()
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+        self._close_timer = self.loop.call_later(CLOSE_TIMEOUT, self._abort)
+
+    def _abort(self) -> None:
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
+        self.state = CLOSED
+
+    def _release_channels(self) -> None:
+        for channel in list(self.channels.values()):
+            channel.release()
+        self.channels.clear()
+        self.dirty_channels.clear()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._heartbeat_timer, self._close_timer):
+            if timer is not None:
+                timer.cancel()
+        self._heartbeat_timer = self._close_timer = None
+
+    def _handshake_timeout(self) -> None:
+        self._close_timer = None
+        if self.state != OPEN:
+            log.warning("connection from %s did not finish the handshake in time", self.peer)
+            self._abort()
+
+    def _heartbeat_tick(self) -> None:
+        if self.state == CLOSED:
+            return
+        if self._received_since_tick:
+            self._missed_heartbeats = 0
+        else:
+            self._missed_heartbeats += 1
+            if self._missed_heartbeats >= 4:  # ticks are half an interval: two intervals of silence
+                log.warning("missed heartbeats from client %s, timeout: %ss", self.peer, self.heartbeat)
+                self._abort()
+                return
+        self._received_since_tick = False
+        if not self._sent_since_tick:
+            self.send(codec.HEARTBEAT_FRAME)
+        self._sent_since_tick = False
+        self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+
+
+def _negotiate(field: str, client_value: int, minimum: int, server_value: int) -> int:
+    """Check a tune-ok value the way RabbitMQ does (both limits answer 530)."""
+    if client_value != 0 and client_value < minimum:
+        raise errors.NotAllowed(f"{field}={client_value} < {minimum} min size")
+    if server_value != 0 and (client_value == 0 or client_value > server_value):
+        raise errors.NotAllowed(f"{field}={client_value} > {server_value} max size")
+    return client_value

@@ -1,0 +1,290 @@
+"""Control-path method handlers: one function per AMQP method a client may send.
+
+Each takes the channel and the decoded pamqp method, does the work through the vhost,
+and sends the reply unless the client asked for nowait.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as c
+
+from lavin import errors
+from lavin.amqp import codec
+from lavin.amqp.channel import Consumer
+
+if TYPE_CHECKING:
+    from lavin.amqp.channel import Channel
+    from lavin.broker.queue import Queue
+
+Handler = Callable[["Channel", Any], None]
+
+
+def _reply(channel: Channel, method: Any) -> None:
+    channel.connection.send(codec.method_frame(channel.id, method))
+
+
+def _args(value: Any) -> dict[str, Any]:
+    return dict(value or {})
+
+
+def _queue_name(channel: Channel, name: str) -> str:
+    """An empty queue name means the channel's last declared queue, as in RabbitMQ."""
+    if name:
+        return name
+    if not channel.last_queue_name:
+        raise errors.NotFound("no previously declared queue")
+    return channel.last_queue_name
+
+
+def _queue(channel: Channel, name: str) -> Queue:
+    return channel.vhost.get_queue(_queue_name(channel, name), channel.connection)
+
+
+# ---- channel ---------------------------------------------------------------------------
+
+
+def channel_open(channel: Channel, method: c.Channel.Open) -> None:
+    raise errors.ChannelErrorConn(f"second 'channel.open' seen on channel {channel.id}")
+
+
+def channel_close(channel: Channel, method: c.Channel.Close) -> None:
+    channel.release()
+    _reply(channel, c.Channel.CloseOk())
+    channel.connection.channel_closed(channel)
+
+
+def channel_close_ok(channel: Channel, method: c.Channel.CloseOk) -> None:
+    """A close-ok for a close we never sent is ignored."""
+
+
+def channel_flow(channel: Channel, method: c.Channel.Flow) -> None:
+    channel.flow_active = bool(method.active)
+    _reply(channel, c.Channel.FlowOk(active=method.active))
+    if channel.flow_active:
+        channel.resume_deliveries()
+
+
+def channel_flow_ok(channel: Channel, method: c.Channel.FlowOk) -> None:
+    """The broker never sends channel.flow, so a flow-ok needs nothing."""
+
+
+# ---- exchanges -------------------------------------------------------------------------
+
+
+def exchange_declare(channel: Channel, method: c.Exchange.Declare) -> None:
+    channel.vhost.declare_exchange(
+        method.exchange,
+        method.exchange_type,
+        passive=bool(method.passive),
+        durable=bool(method.durable),
+        auto_delete=bool(method.auto_delete),
+        internal=bool(method.internal),
+        arguments=_args(method.arguments),
+    )
+    if not method.nowait:
+        _reply(channel, c.Exchange.DeclareOk())
+
+
+def exchange_delete(channel: Channel, method: c.Exchange.Delete) -> None:
+    channel.vhost.delete_exchange(method.exchange, if_unused=bool(method.if_unused))
+    if not method.nowait:
+        _reply(channel, c.Exchange.DeleteOk())
+
+
+def exchange_bind(channel: Channel, method: c.Exchange.Bind) -> None:
+    vhost = channel.vhost
+    destination = vhost.get_exchange(method.destination)
+    source = vhost.get_exchange(method.source)
+    vhost.bind(source, destination, method.routing_key, _args(method.arguments))
+    if not method.nowait:
+        _reply(channel, c.Exchange.BindOk())
+
+
+def exchange_unbind(channel: Channel, method: c.Exchange.Unbind) -> None:
+    vhost = channel.vhost
+    destination = vhost.get_exchange(method.destination)
+    source = vhost.get_exchange(method.source)
+    vhost.unbind(source, destination, method.routing_key, _args(method.arguments))
+    if not method.nowait:
+        _reply(channel, c.Exchange.UnbindOk())
+
+
+# ---- queues ----------------------------------------------------------------------------
+
+
+def queue_declare(channel: Channel, method: c.Queue.Declare) -> None:
+    name = method.queue
+    if method.passive and not name:
+        name = _queue_name(channel, name)
+    queue = channel.vhost.declare_queue(
+        name,
+        channel.connection,
+        passive=bool(method.passive),
+        durable=bool(method.durable),
+        exclusive=bool(method.exclusive),
+        auto_delete=bool(method.auto_delete),
+        arguments=_args(method.arguments),
+    )
+    channel.last_queue_name = queue.name
+    if not method.nowait:
+        _reply(channel, c.Queue.DeclareOk(queue.name, queue.message_count, queue.consumer_count))
+
+
+def queue_bind(channel: Channel, method: c.Queue.Bind) -> None:
+    queue = _queue(channel, method.queue)
+    exchange = channel.vhost.get_exchange(method.exchange)
+    channel.vhost.bind(exchange, queue, method.routing_key, _args(method.arguments))
+    if not method.nowait:
+        _reply(channel, c.Queue.BindOk())
+
+
+def queue_unbind(channel: Channel, method: c.Queue.Unbind) -> None:
+    queue = _queue(channel, method.queue)
+    exchange = channel.vhost.get_exchange(method.exchange)
+    channel.vhost.unbind(exchange, queue, method.routing_key, _args(method.arguments))
+    _reply(channel, c.Queue.UnbindOk())
+
+
+def queue_purge(channel: Channel, method: c.Queue.Purge) -> None:
+    count = _queue(channel, method.queue).purge()
+    if not method.nowait:
+        _reply(channel, c.Queue.PurgeOk(message_count=count))
+
+
+def queue_delete(channel: Channel, method: c.Queue.Delete) -> None:
+    vhost = channel.vhost
+    queue = vhost.queues.get(_queue_name(channel, method.queue))
+    count = 0
+    if queue is not None:
+        vhost.check_exclusive(queue, channel.connection)
+        if method.if_unused and queue.consumers:
+            raise errors.PreconditionFailed(f"queue '{queue.name}' in vhost '{vhost.name}' in use")
+        if method.if_empty and queue.message_count:
+            raise errors.PreconditionFailed(f"queue '{queue.name}' in vhost '{vhost.name}' is not empty")
+        count = vhost.delete_queue(queue)
+    if not method.nowait:
+        _reply(channel, c.Queue.DeleteOk(message_count=count))
+
+
+# ---- basic -----------------------------------------------------------------------------
+
+
+def basic_qos(channel: Channel, method: c.Basic.Qos) -> None:
+    if method.prefetch_size:
+        raise errors.NotImplemented_(f"prefetch_size!=0 ({method.prefetch_size})")
+    if method.global_:
+        channel.global_prefetch = method.prefetch_count
+    else:
+        channel.consumer_prefetch = method.prefetch_count
+    _reply(channel, c.Basic.QosOk())
+    channel.resume_deliveries()
+
+
+def basic_consume(channel: Channel, method: c.Basic.Consume) -> None:
+    queue = _queue(channel, method.queue)
+    tag = method.consumer_tag or f"amq.ctag-{uuid.uuid4().hex[:22]}"
+    if tag in channel.consumers:
+        raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+    if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
+        raise errors.AccessRefused(f"queue '{queue.name}' in vhost '{channel.vhost.name}' in exclusive use")
+    consumer = Consumer(channel, queue, tag, bool(method.no_ack), bool(method.exclusive), _args(method.arguments))
+    if not method.nowait:
+        _reply(channel, c.Basic.ConsumeOk(consumer_tag=tag))
+    channel.add_consumer(consumer)
+
+
+def basic_cancel(channel: Channel, method: c.Basic.Cancel) -> None:
+    channel.cancel_consumer(method.consumer_tag)
+    if not method.nowait:
+        _reply(channel, c.Basic.CancelOk(consumer_tag=method.consumer_tag))
+
+
+def basic_get(channel: Channel, method: c.Basic.Get) -> None:
+    channel.get(_queue(channel, method.queue), bool(method.no_ack))
+
+
+def basic_reject(channel: Channel, method: c.Basic.Reject) -> None:
+    channel.reject(method.delivery_tag, False, bool(method.requeue))
+
+
+def basic_nack(channel: Channel, method: c.Basic.Nack) -> None:
+    channel.reject(method.delivery_tag, bool(method.multiple), bool(method.requeue))
+
+
+def basic_recover(channel: Channel, method: c.Basic.Recover) -> None:
+    channel.recover()
+    _reply(channel, c.Basic.RecoverOk())
+
+
+def basic_recover_async(channel: Channel, method: c.Basic.RecoverAsync) -> None:
+    channel.recover()
+
+
+# ---- confirms and transactions -------------------------------------------------------
+
+
+def confirm_select(channel: Channel, method: c.Confirm.Select) -> None:
+    if channel.tx:
+        raise errors.PreconditionFailed("cannot switch from tx to confirm mode")
+    channel.confirm = True
+    if not method.nowait:
+        _reply(channel, c.Confirm.SelectOk())
+
+
+def tx_select(channel: Channel, method: c.Tx.Select) -> None:
+    if channel.confirm:
+        raise errors.PreconditionFailed("cannot switch from confirm to tx mode")
+    channel.tx = True
+    _reply(channel, c.Tx.SelectOk())
+
+
+def tx_commit(channel: Channel, method: c.Tx.Commit) -> None:
+    if not channel.tx:
+        raise errors.PreconditionFailed("channel is not transactional")
+    channel.tx_commit()
+
+
+def tx_rollback(channel: Channel, method: c.Tx.Rollback) -> None:
+    if not channel.tx:
+        raise errors.PreconditionFailed("channel is not transactional")
+    channel.tx_rollback()
+    _reply(channel, c.Tx.RollbackOk())
+
+
+def basic_ack(channel: Channel, method: c.Basic.Ack) -> None:
+    channel.ack(method.delivery_tag, bool(method.multiple))
+
+
+HANDLERS: dict[type, Handler] = {
+    c.Channel.Open: channel_open,
+    c.Channel.Close: channel_close,
+    c.Channel.CloseOk: channel_close_ok,
+    c.Channel.Flow: channel_flow,
+    c.Channel.FlowOk: channel_flow_ok,
+    c.Exchange.Declare: exchange_declare,
+    c.Exchange.Delete: exchange_delete,
+    c.Exchange.Bind: exchange_bind,
+    c.Exchange.Unbind: exchange_unbind,
+    c.Queue.Declare: queue_declare,
+    c.Queue.Bind: queue_bind,
+    c.Queue.Unbind: queue_unbind,
+    c.Queue.Purge: queue_purge,
+    c.Queue.Delete: queue_delete,
+    c.Basic.Qos: basic_qos,
+    c.Basic.Consume: basic_consume,
+    c.Basic.Cancel: basic_cancel,
+    c.Basic.Get: basic_get,
+    c.Basic.Ack: basic_ack,
+    c.Basic.Reject: basic_reject,
+    c.Basic.Nack: basic_nack,
+    c.Basic.Recover: basic_recover,
+    c.Basic.RecoverAsync: basic_recover_async,
+    c.Confirm.Select: confirm_select,
+    c.Tx.Select: tx_select,
+    c.Tx.Commit: tx_commit,
+    c.Tx.Rollback: tx_rollback,
+}

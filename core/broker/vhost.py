@@ -1,0 +1,364 @@
+"""A virtual host: its exchanges, queues and bindings, their rules and their persistence."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lavin import errors
+from lavin.api import Message
+from lavin.broker.arguments import (
+    check_exchange_equivalence,
+    check_queue_equivalence,
+    queue_type_name,
+)
+from lavin.broker.exchange import Exchange
+from lavin.broker.queue import Queue
+from lavin.storage.definitions_store import BindingDef, DefinitionsStore, ExchangeDef, QueueDef
+
+if TYPE_CHECKING:
+    from lavin.amqp.connection import Connection
+    from lavin.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EXCHANGES = (
+    ("amq.direct", "direct"),
+    ("amq.fanout", "fanout"),
+    ("amq.topic", "topic"),
+    ("amq.headers", "headers"),
+    ("amq.match", "headers"),
+)
+
+Destination = Queue | Exchange
+
+
+class VHost:
+    def __init__(self, broker: Broker, name: str) -> None:
+        self.broker = broker
+        self.name = name
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        digest = hashlib.sha1(name.encode()).hexdigest()
+        self.data_dir: Path = broker.config.data_dir / digest
+        self.transient_dir = self.data_dir / "transient"
+        self.definitions: DefinitionsStore | None = None
+
+    # ---- start and stop ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the built-in exchanges and recover durable definitions."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / ".vhost").write_text(self.name)
+        shutil.rmtree(self.transient_dir, ignore_errors=True)
+        # The default exchange exists for passive declares; routing to it is special-cased.
+        for name, type_name in (("", "direct"), *DEFAULT_EXCHANGES):
+            self._create_exchange(name, type_name, durable=True, auto_delete=False, internal=False, arguments={})
+        self.definitions = DefinitionsStore(self.data_dir / "definitions.lavin")
+        saved = self.definitions.load()
+        for exchange_def in saved.exchanges.values():
+            self._recover(
+                "exchange",
+                exchange_def.name,
+                lambda d=exchange_def: self._create_exchange(
+                    d.name, d.type, durable=True, auto_delete=d.auto_delete, internal=d.internal,
+                    arguments=dict(d.arguments),
+                ),
+            )
+        for queue_def in saved.queues.values():
+            self._recover(
+                "queue",
+                queue_def.name,
+                lambda d=queue_def: self._create_queue(
+                    d.name, durable=True, exclusive_owner=None, auto_delete=d.auto_delete,
+                    arguments=dict(d.arguments),
+                ),
+            )
+        for binding in saved.bindings:
+            self._recover("binding", binding.source, lambda b=binding: self._recover_binding(b))
+
+    def _recover(self, kind: str, name: str, create: Any) -> None:
+        try:
+            create()
+        except (errors.AMQPError, OSError, ValueError) as exc:
+            log.error("vhost %s: could not recover %s '%s': %s", self.name, kind, name, exc)
+
+    def _recover_binding(self, binding: BindingDef) -> None:
+        source = self.exchanges.get(binding.source)
+        destination: Destination | None = (
+            self.queues.get(binding.destination)
+            if binding.destination_type == "queue"
+            else self.exchanges.get(binding.destination)
+        )
+        if source is None or destination is None:
+            raise errors.NotFound(f"binding {binding.source} -> {binding.destination} lost an end")
+        self._bind(source, destination, binding.routing_key, dict(binding.arguments), persist=False)
+
+    def close(self) -> None:
+        for queue in list(self.queues.values()):
+            queue.close()
+            if not queue.durable:
+                queue.store.delete()
+        if self.definitions is not None:
+            self.definitions.close()
+
+    def connection_closed(self, connection: Connection) -> None:
+        """Exclusive queues go with the connection that declared them."""
+        for queue in [q for q in self.queues.values() if q.exclusive_owner is connection]:
+            self.delete_queue(queue)
+
+    def _changed(self, kind: str, name: str, action: str) -> None:
+        self.broker.registry.hooks.lavin_definitions_changed(vhost=self, kind=kind, name=name, action=action)
+
+    # ---- exchanges -----------------------------------------------------------------------
+
+    def get_exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise errors.NotFound(f"no exchange '{name}' in vhost '{self.name}'")
+        return exchange
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str,
+        *,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any],
+    ) -> Exchange:
+        if passive:
+            return self.get_exchange(name)
+        if name == "":
+            raise errors.AccessRefused("operation not permitted on the default exchange")
+        existing = self.exchanges.get(name)
+        if existing is not None:
+            check_exchange_equivalence(existing, self.name, type_name, durable, auto_delete, internal, arguments)
+            return existing
+        if name.startswith("amq."):
+            raise errors.AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        exchange = self._create_exchange(
+            name, type_name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
+        )
+        if durable and self.definitions is not None:
+            self.definitions.exchange_declared(ExchangeDef(name, type_name, auto_delete, internal, arguments))
+        self._changed("exchange", name, "declared")
+        return exchange
+
+    def _create_exchange(
+        self, name: str, type_name: str, *, durable: bool, auto_delete: bool, internal: bool, arguments: dict[str, Any]
+    ) -> Exchange:
+        exchange_type = self.broker.registry.exchange_types.get(type_name)
+        if exchange_type is None:
+            raise errors.CommandInvalid(f"invalid exchange type '{type_name}'")
+        exchange = Exchange(
+            self, name, type_name, exchange_type(arguments),
+            durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments,
+        )
+        self.exchanges[name] = exchange
+        return exchange
+
+    def delete_exchange(self, name: str, *, if_unused: bool) -> None:
+        if name == "" or name.startswith("amq."):
+            raise errors.AccessRefused(f"operation not permitted on exchange '{name or 'amq.default'}'")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return  # RabbitMQ answers delete-ok for a missing exchange
+        if if_unused and (exchange.has_bindings() or exchange.bound_from):
+            raise errors.PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use")
+        self._remove_exchange(exchange)
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        del self.exchanges[exchange.name]
+        for binding in list(exchange.table.bindings()):
+            destination = binding.destination
+            if isinstance(destination, (Queue, Exchange)):
+                destination.bound_from.discard(exchange)
+        for source in list(exchange.bound_from):
+            source.table.remove_destination(exchange)
+            self._auto_delete_if_unbound(source)
+        if exchange.durable and self.definitions is not None:
+            self.definitions.exchange_deleted(exchange.name)
+        self._changed("exchange", exchange.name, "deleted")
+
+    def _auto_delete_if_unbound(self, exchange: Exchange) -> None:
+        if exchange.auto_delete and exchange.name in self.exchanges and not exchange.has_bindings():
+            self._remove_exchange(exchange)
+
+    # ---- queues --------------------------------------------------------------------------
+
+    def get_queue(self, name: str, connection: Connection | None = None) -> Queue:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise errors.NotFound(f"no queue '{name}' in vhost '{self.name}'")
+        if connection is not None:
+            self.check_exclusive(queue, connection)
+        return queue
+
+    def check_exclusive(self, queue: Queue, connection: Connection) -> None:
+        if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
+            raise errors.ResourceLocked(
+                f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost '{self.name}'. "
+                "It could be originally declared on another connection or the exclusive property "
+                "value does not match that of the original declaration."
+            )
+
+    def declare_queue(
+        self,
+        name: str,
+        connection: Connection,
+        *,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> Queue:
+        if passive:
+            return self.get_queue(name, connection)
+        if not name:
+            name = f"amq.gen-{uuid.uuid4().hex[:22]}"
+        elif name.startswith("amq."):
+            raise errors.AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        existing = self.queues.get(name)
+        if existing is not None:
+            self.check_exclusive(existing, connection)
+            check_queue_equivalence(existing, self.name, durable, exclusive, auto_delete, arguments)
+            return existing
+        queue = self._create_queue(
+            name, durable=durable, exclusive_owner=connection if exclusive else None,
+            auto_delete=auto_delete, arguments=arguments,
+        )
+        if durable and not exclusive and self.definitions is not None:
+            self.definitions.queue_declared(QueueDef(name, auto_delete, arguments))
+        self._changed("queue", name, "declared")
+        return queue
+
+    def _create_queue(
+        self, name: str, *, durable: bool, exclusive_owner: Connection | None, auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> Queue:
+        type_name = queue_type_name(arguments)
+        queue_type = self.broker.registry.queue_types.get(type_name)
+        if queue_type is None:
+            raise errors.PreconditionFailed(f"unknown queue type '{type_name}' for queue '{name}'")
+        persistent = durable and exclusive_owner is None
+        parent = self.data_dir if persistent else self.transient_dir
+        path = parent / hashlib.sha1(name.encode()).hexdigest()
+        store = queue_type(path, arguments, persistent)
+        if persistent:
+            (path / ".queue").write_text(name)
+        queue = Queue(
+            self, name, store, durable=durable, exclusive_owner=exclusive_owner,
+            auto_delete=auto_delete, arguments=arguments,
+        )
+        self.queues[name] = queue
+        return queue
+
+    def delete_queue(self, queue: Queue) -> int:
+        """Remove a queue, cancel its consumers and drop its data; returns its message count."""
+        if self.queues.get(queue.name) is not queue:
+            return 0
+        count = queue.message_count
+        del self.queues[queue.name]
+        queue.deleted = True
+        for consumer in list(queue.consumers):
+            consumer.cancelled_by_broker()
+        queue.consumers.clear()
+        for exchange in list(queue.bound_from):
+            exchange.table.remove_destination(queue)
+            self._auto_delete_if_unbound(exchange)
+        queue.bound_from.clear()
+        queue.store.delete()
+        if queue.durable and queue.exclusive_owner is None and self.definitions is not None:
+            self.definitions.queue_deleted(queue.name)
+        self._changed("queue", queue.name, "deleted")
+        return count
+
+    # ---- bindings ------------------------------------------------------------------------
+
+    def bind(self, source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
+        if source.name == "":
+            raise errors.AccessRefused("operation not permitted on the default exchange")
+        self._bind(source, destination, routing_key, arguments, persist=True)
+
+    def _bind(
+        self, source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any], *,
+        persist: bool,
+    ) -> None:
+        if not source.table.bind(destination, routing_key, arguments):
+            return
+        destination.bound_from.add(source)
+        if persist and self._binding_is_durable(source, destination) and self.definitions is not None:
+            self.definitions.bound(self._binding_def(source, destination, routing_key, arguments))
+        if persist:
+            self._changed("binding", source.name, "declared")
+
+    def unbind(self, source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
+        if source.name == "":
+            raise errors.AccessRefused("operation not permitted on the default exchange")
+        if not source.table.unbind(destination, routing_key, arguments):
+            return
+        if not any(b.destination is destination for b in source.table.bindings()):
+            destination.bound_from.discard(source)
+        if self._binding_is_durable(source, destination) and self.definitions is not None:
+            self.definitions.unbound(self._binding_def(source, destination, routing_key, arguments))
+        self._changed("binding", source.name, "deleted")
+        self._auto_delete_if_unbound(source)
+
+    @staticmethod
+    def _binding_is_durable(source: Exchange, destination: Destination) -> bool:
+        if not source.durable:
+            return False
+        if isinstance(destination, Queue):
+            return destination.durable and destination.exclusive_owner is None
+        return destination.durable
+
+    @staticmethod
+    def _binding_def(source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any]) -> BindingDef:
+        kind = "queue" if isinstance(destination, Queue) else "exchange"
+        return BindingDef(source.name, destination.name, kind, routing_key, arguments)
+
+    # ---- publishing ----------------------------------------------------------------------
+
+    def route(self, exchange_name: str, message: Message) -> set[Queue] | tuple[Queue, ...]:
+        """The queues a message goes to; raises 404/403 for a missing or internal exchange."""
+        if exchange_name == "":
+            queue = self.queues.get(message.routing_key)
+            return (queue,) if queue is not None else ()
+        exchange = self.exchanges.get(exchange_name)
+        if exchange is None:
+            raise errors.NotFound(f"no exchange '{exchange_name}' in vhost '{self.name}'")
+        if exchange.internal:
+            raise errors.AccessRefused(f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.name}'")
+        queues: set[Queue] = set()
+        exchange.route(routing_keys_of(message), message, queues)
+        return queues
+
+
+def routing_keys_of(message: Message) -> list[str]:
+    """The routing key plus CC and BCC keys (sender-selected distribution); BCC is removed."""
+    if len(message.properties) < 2 or not message.properties[0] & 0x20:
+        return [message.routing_key]
+    headers = message.headers
+    if "CC" not in headers and "BCC" not in headers:
+        return [message.routing_key]
+    keys = [message.routing_key]
+    for name in ("CC", "BCC"):
+        value = headers.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(k, (str, bytes)) for k in value):
+            raise errors.PreconditionFailed(f"invalid {name} header: expected an array of strings")
+        keys.extend(k.decode() if isinstance(k, bytes) else k for k in value)
+    if "BCC" in headers:
+        props = dict(message.props)
+        props["headers"] = {k: v for k, v in headers.items() if k != "BCC"}
+        message.replace_properties(props)
+    return keys

@@ -1,0 +1,145 @@
+"""The message as the broker carries it: routing data plus raw, still-encoded properties.
+
+Properties stay the bytes the publisher sent (flag word + fields, as in the content header)
+until something needs a field; `PropertyView` decodes them once, on demand.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pamqp import decode as _decode
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+
+# Flag bit, name and wire kind of each basic property, in wire order.
+PROPERTY_FIELDS: tuple[tuple[int, str, str], ...] = (
+    (0x8000, "content_type", "shortstr"),
+    (0x4000, "content_encoding", "shortstr"),
+    (0x2000, "headers", "table"),
+    (0x1000, "delivery_mode", "octet"),
+    (0x0800, "priority", "octet"),
+    (0x0400, "correlation_id", "shortstr"),
+    (0x0200, "reply_to", "shortstr"),
+    (0x0100, "expiration", "shortstr"),
+    (0x0080, "message_id", "shortstr"),
+    (0x0040, "timestamp", "timestamp"),
+    (0x0020, "type", "shortstr"),
+    (0x0010, "user_id", "shortstr"),
+    (0x0008, "app_id", "shortstr"),
+    (0x0004, "cluster_id", "shortstr"),
+)
+
+EMPTY_PROPERTIES = b"\x00\x00"
+
+
+def decode_properties(raw: bytes) -> dict[str, Any]:
+    """Decode a property flag word and its fields into a dict of the fields present.
+
+    Raises ValueError on truncated or malformed input.
+    """
+    if len(raw) < 2:
+        raise ValueError("property flags missing")
+    (flags,) = _U16.unpack_from(raw, 0)
+    if flags & 0x0001:
+        raise ValueError("property flag continuation is not supported")
+    offset = 2
+    result: dict[str, Any] = {}
+    try:
+        for bit, name, kind in PROPERTY_FIELDS:
+            if not flags & bit:
+                continue
+            if kind == "shortstr":
+                size = raw[offset]
+                value_bytes = raw[offset + 1 : offset + 1 + size]
+                if len(value_bytes) != size:
+                    raise ValueError(f"truncated {name}")
+                result[name] = value_bytes.decode("utf-8", "surrogateescape")
+                offset += 1 + size
+            elif kind == "octet":
+                result[name] = raw[offset]
+                offset += 1
+            elif kind == "timestamp":
+                (result[name],) = _U64.unpack_from(raw, offset)
+                offset += 8
+            else:
+                (size,) = _U32.unpack_from(raw, offset)
+                table = raw[offset : offset + 4 + size]
+                if len(table) != size + 4:
+                    raise ValueError("truncated headers table")
+                _, result[name] = _decode.field_table(table)
+                offset += 4 + size
+    except (IndexError, struct.error) as exc:
+        raise ValueError(f"truncated properties: {exc}") from exc
+    if offset != len(raw):
+        raise ValueError("trailing bytes after properties")
+    return result
+
+
+def encode_properties(props: dict[str, Any]) -> bytes:
+    """Encode a dict of basic properties into a flag word and fields."""
+    from pamqp import encode as _encode
+
+    flags = 0
+    parts: list[bytes] = []
+    for bit, name, kind in PROPERTY_FIELDS:
+        value = props.get(name)
+        if value is None:
+            continue
+        flags |= bit
+        if kind == "shortstr":
+            data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
+            parts.append(bytes((len(data),)) + data)
+        elif kind == "octet":
+            parts.append(bytes((int(value),)))
+        elif kind == "timestamp":
+            parts.append(_U64.pack(int(value.timestamp()) if hasattr(value, "timestamp") else int(value)))
+        else:
+            parts.append(_encode.field_table(value))
+    return _U16.pack(flags) + b"".join(parts)
+
+
+class Message:
+    """One published message. `properties` is the raw flag word + fields."""
+
+    __slots__ = ("exchange", "routing_key", "properties", "body", "timestamp", "_decoded")
+
+    def __init__(
+        self, exchange: str, routing_key: str, properties: bytes, body: bytes, timestamp: int = 0
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.properties = properties
+        self.body = body
+        self.timestamp = timestamp  # broker receive time, ms since the epoch
+        self._decoded: dict[str, Any] | None = None
+
+    @property
+    def props(self) -> dict[str, Any]:
+        """All properties, decoded once."""
+        decoded = self._decoded
+        if decoded is None:
+            decoded = self._decoded = decode_properties(self.properties)
+        return decoded
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        """The headers table, or an empty dict; cheap when the flag says there are none."""
+        if len(self.properties) < 2 or not self.properties[0] & 0x20:
+            return {}
+        return self.props.get("headers") or {}
+
+    @property
+    def persistent(self) -> bool:
+        """delivery_mode == 2. Reads the flag word first so most messages decode nothing."""
+        if len(self.properties) < 2 or not self.properties[0] & 0x10:
+            return False
+        return self.props.get("delivery_mode") == 2
+
+    def replace_properties(self, props: dict[str, Any]) -> None:
+        """Swap in new properties (e.g. with BCC removed or x-death added)."""
+        self.properties = encode_properties(props)
+        self._decoded = props

@@ -1,0 +1,1 @@
+"""Shovel and federation endpoints (lavin.shovel.sources / lavin.shovel.destinations) live here."""
