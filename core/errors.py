@@ -21,7 +21,9 @@ class AMQPError(Exception):
     @property
     def reply_text(self) -> str:
         """The text RabbitMQ would send: the reply name, a dash, and the detail."""
-        return f"{self.reply_name} - {self.text}"[:255]
+        text = f"{self.reply_name} - {self.text}"
+        # A shortstr holds 255 bytes; RabbitMQ cuts at 252 and marks the cut.
+        return text if len(text.encode()) <= 255 else text.encode()[:252].decode(errors="ignore") + "..."
 
 
 class ChannelError(AMQPError):

@@ -76,8 +76,7 @@ class Connection(asyncio.Protocol):
     # ---- transport callbacks -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]
         peername = transport.get_extra_info("peername") or ("", 0)
         self.peer_host = str(peername[0])
         self.peer = f"{peername[0]}:{peername[1]}"
@@ -116,9 +115,12 @@ class Connection(asyncio.Protocol):
                 return
         try:
             self._parse_frames()
+            self._after_batch()
         except errors.AMQPError as exc:
             self.close_with_error(exc)
-        self._after_batch()
+        except Exception:  # a bug must cost this connection only, never the broker
+            log.exception("internal error on connection %s", self.peer)
+            self.close_with_error(errors.InternalError("internal error"))
 
     # ---- parsing -------------------------------------------------------------------------
 

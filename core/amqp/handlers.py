@@ -164,7 +164,7 @@ def queue_delete(channel: Channel, method: c.Queue.Delete) -> None:
         if method.if_unused and queue.consumers:
             raise errors.PreconditionFailed(f"queue '{queue.name}' in vhost '{vhost.name}' in use")
         if method.if_empty and queue.message_count:
-            raise errors.PreconditionFailed(f"queue '{queue.name}' in vhost '{vhost.name}' is not empty")
+            raise errors.PreconditionFailed(f"queue '{queue.name}' in vhost '{vhost.name}' not empty")
         count = vhost.delete_queue(queue)
     if not method.nowait:
         _reply(channel, c.Queue.DeleteOk(message_count=count))
@@ -216,11 +216,15 @@ def basic_nack(channel: Channel, method: c.Basic.Nack) -> None:
 
 
 def basic_recover(channel: Channel, method: c.Basic.Recover) -> None:
+    if not method.requeue:
+        raise errors.NotImplemented_("requeue=false")
     channel.recover()
     _reply(channel, c.Basic.RecoverOk())
 
 
 def basic_recover_async(channel: Channel, method: c.Basic.RecoverAsync) -> None:
+    if not method.requeue:
+        raise errors.NotImplemented_("requeue=false")
     channel.recover()
 
 

@@ -84,9 +84,31 @@ def check_exchange_equivalence(
     _check_arguments(COMPARED_EXCHANGE_ARGUMENTS, "exchange", exchange.name, vhost, arguments, exchange.arguments)
 
 
+def _typed(value: object) -> str:
+    """An argument as RabbitMQ names it in errors: the value and its AMQP field type."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        kind = "bool"
+    elif isinstance(value, int):
+        kind = "signedint" if -(2**31) <= value < 2**31 else "long"
+    elif isinstance(value, float):
+        kind = "double"
+    elif isinstance(value, dict):
+        kind = "table"
+    elif isinstance(value, list):
+        kind = "array"
+    else:
+        kind = "longstr"
+    return f"the value '{_describe(value)}' of type '{kind}'"
+
+
 def _check_arguments(
     names: tuple[str, ...], kind: str, name: str, vhost: str, received: dict[str, Any], current: dict[str, Any]
 ) -> None:
     for arg in names:
         if received.get(arg) != current.get(arg):
-            raise _inequivalent(arg, kind, name, vhost, received.get(arg), current.get(arg))
+            raise errors.PreconditionFailed(
+                f"inequivalent arg '{arg}' for {kind} '{name}' in vhost '{vhost}': "
+                f"received {_typed(received.get(arg))} but current is {_typed(current.get(arg))}"
+            )

@@ -165,8 +165,10 @@ class VHost:
         return exchange
 
     def delete_exchange(self, name: str, *, if_unused: bool) -> None:
-        if name == "" or name.startswith("amq."):
-            raise errors.AccessRefused(f"operation not permitted on exchange '{name or 'amq.default'}'")
+        if name == "":
+            raise errors.AccessRefused("operation not permitted on the default exchange")
+        if name.startswith("amq."):
+            raise errors.AccessRefused(f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed")
         exchange = self.exchanges.get(name)
         if exchange is None:
             return  # RabbitMQ answers delete-ok for a missing exchange
@@ -201,8 +203,10 @@ class VHost:
             self.check_exclusive(queue, connection)
         return queue
 
-    def check_exclusive(self, queue: Queue, connection: Connection) -> None:
-        if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
+    def check_exclusive(self, queue: Queue, connection: Connection, exclusive: bool | None = None) -> None:
+        """405 unless this connection may use the queue (and, on redeclare, asks for the same exclusivity)."""
+        foreign = queue.exclusive_owner is not None and queue.exclusive_owner is not connection
+        if foreign or (exclusive is not None and exclusive != (queue.exclusive_owner is not None)):
             raise errors.ResourceLocked(
                 f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost '{self.name}'. "
                 "It could be originally declared on another connection or the exclusive property "
@@ -228,7 +232,7 @@ class VHost:
             raise errors.AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         existing = self.queues.get(name)
         if existing is not None:
-            self.check_exclusive(existing, connection)
+            self.check_exclusive(existing, connection, exclusive)
             check_queue_equivalence(existing, self.name, durable, exclusive, auto_delete, arguments)
             return existing
         queue = self._create_queue(
@@ -284,7 +288,7 @@ class VHost:
     # ---- bindings ------------------------------------------------------------------------
 
     def bind(self, source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
-        if source.name == "":
+        if source.name == "" or destination.name == "":
             raise errors.AccessRefused("operation not permitted on the default exchange")
         self._bind(source, destination, routing_key, arguments, persist=True)
 
@@ -301,7 +305,7 @@ class VHost:
             self._changed("binding", source.name, "declared")
 
     def unbind(self, source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
-        if source.name == "":
+        if source.name == "" or destination.name == "":
             raise errors.AccessRefused("operation not permitted on the default exchange")
         if not source.table.unbind(destination, routing_key, arguments):
             return
