@@ -14,9 +14,12 @@ class AMQPError(Exception):
     reply_name: str = "INTERNAL_ERROR"
     connection_level: bool = False
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, class_id: int = 0, method_id: int = 0) -> None:
         super().__init__(text)
         self.text = text
+        # The method that failed, reported back in channel.close / connection.close.
+        self.class_id = class_id
+        self.method_id = method_id
 
     @property
     def reply_text(self) -> str:

@@ -47,7 +47,7 @@ class Consumer:
 
     def can_take(self) -> bool:
         channel = self.channel
-        if not (channel.flow_active and channel.connection.writable):
+        if not channel.connection.writable:
             return False
         if self.no_ack:
             return True
@@ -68,7 +68,6 @@ class Channel:
         self.id = channel_id
         self.vhost = vhost
         self.closing = False
-        self.flow_active = True
         self.last_queue_name = ""
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, Unacked] = {}
@@ -102,8 +101,12 @@ class Channel:
         if self.closing:
             self._method_while_closing(payload)
             return
-        if self._expect_header or self._publish is not None:
-            raise errors.UnexpectedFrame("expected content header or body, got a method frame")
+        if self._expect_header:
+            raise errors.UnexpectedFrame(
+                "expected content header for class 60, got non content header frame instead", 60, 40
+            )
+        if self._publish is not None:
+            raise errors.UnexpectedFrame("expected content body, got non content body frame instead", 60, 40)
         index = codec.METHOD_ID.unpack_from(payload, 0)[0]
         try:
             if index == codec.BASIC_PUBLISH:
@@ -119,8 +122,12 @@ class Channel:
                 handler(self, method)
         except struct.error as exc:
             raise errors.SyntaxError_(f"malformed method arguments: {exc}") from None
-        except errors.ChannelError as exc:
-            self.close_with_error(exc, index >> 16, index & 0xFFFF)
+        except errors.AMQPError as exc:
+            if not exc.class_id:
+                exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
+            if exc.connection_level:
+                raise
+            self.close_with_error(exc)
 
     def _method_while_closing(self, payload: bytes) -> None:
         index = codec.METHOD_ID.unpack_from(payload, 0)[0]
@@ -148,7 +155,7 @@ class Channel:
         if self.closing:
             return
         if not self._expect_header:
-            raise errors.UnexpectedFrame(f"content header on channel {self.id} without a preceding basic.publish")
+            raise errors.UnexpectedFrame("expected method frame, got non method frame instead")
         if len(payload) < 14:
             raise errors.FrameError("content header shorter than its fixed fields")
         class_id, _weight, body_size = _HEADER_ARGS.unpack_from(payload, 0)
@@ -161,10 +168,10 @@ class Channel:
             self.close_with_error(
                 errors.PreconditionFailed(
                     f"message size {body_size} is larger than configured max size "
-                    f"{self.connection.broker.config.max_message_size}"
-                ),
-                60,
-                40,
+                    f"{self.connection.broker.config.max_message_size}",
+                    60,
+                    40,
+                )
             )
             return
         self._body_size = body_size
@@ -175,13 +182,15 @@ class Channel:
     def on_body(self, payload: bytes) -> None:
         if self.closing:
             return
-        if self._publish is None or self._expect_header:
-            raise errors.UnexpectedFrame(f"content body on channel {self.id} without a content header")
+        if self._expect_header:
+            raise errors.UnexpectedFrame(
+                "expected content header for class 60, got non content header frame instead", 60, 40
+            )
+        if self._publish is None:
+            raise errors.UnexpectedFrame("expected method frame, got non method frame instead")
         received = self._body_received + len(payload)
         if received > self._body_size:
-            raise errors.FrameError(
-                f"content body of {received} bytes exceeds the {self._body_size} bytes in the content header"
-            )
+            raise errors.FrameError("content body frame exceeds remaining content size", 60, 40)
         if received == self._body_size and not self._body_parts:
             self._complete_publish(payload)
             return
@@ -205,7 +214,8 @@ class Channel:
                 return
             self._route(exchange, mandatory, message)
         except errors.ChannelError as exc:
-            self.close_with_error(exc, 60, 40)
+            exc.class_id, exc.method_id = 60, 40
+            self.close_with_error(exc)
 
     def _route(self, exchange: str, mandatory: bool, message: Message) -> bool:
         """Route and store a message; returns True when it must reach the disk before a confirm."""
@@ -425,9 +435,7 @@ class Channel:
 
     # ---- closing -------------------------------------------------------------------------
 
-    def close_with_error(self, exc: errors.AMQPError, class_id: int, method_id: int) -> None:
-        if exc.connection_level:
-            raise exc
+    def close_with_error(self, exc: errors.AMQPError) -> None:
         if self.closing:
             return
         self.release()
@@ -436,7 +444,7 @@ class Channel:
             codec.method_frame(
                 self.id,
                 commands.Channel.Close(
-                    reply_code=exc.reply_code, reply_text=exc.reply_text, class_id=class_id, method_id=method_id
+                    reply_code=exc.reply_code, reply_text=exc.reply_text, class_id=exc.class_id, method_id=exc.method_id
                 ),
             )
         )

@@ -147,14 +147,12 @@ class Connection(asyncio.Protocol):
             while end - offset >= 7 and self.state != CLOSED:
                 frame_type, channel_id, size = unpack_head(buffer, offset)
                 if size + 8 > frame_max:
-                    raise errors.FrameError(
-                        f"frame size {size + 8} exceeds negotiated frame_max {frame_max}"
-                    )
+                    raise _frame_error(frame_type, buffer, offset, f"{{frame_too_large,{size},{frame_max - 8}}}")
                 frame_end = offset + 7 + size
                 if frame_end >= end:
                     break
                 if buffer[frame_end] != 0xCE:
-                    raise errors.FrameError(f"frame end octet 0x{buffer[frame_end]:02x} is not 0xce")
+                    raise _frame_error(frame_type, buffer, offset, f"{{invalid_frame_end_marker,{buffer[frame_end]}}}")
                 payload = bytes(buffer[offset + 7 : frame_end])
                 offset = frame_end + 1
                 self._dispatch(frame_type, channel_id, payload)
@@ -167,7 +165,7 @@ class Connection(asyncio.Protocol):
             return
         if frame_type == codec.FRAME_METHOD:
             if len(payload) < 4:
-                raise errors.FrameError("method frame shorter than its class and method ids")
+                raise errors.FrameError(f"type 1, all octets = {payload!r}: method frame too short")
             if channel_id == 0:
                 self._connection_method(payload)
                 return
@@ -181,16 +179,16 @@ class Connection(asyncio.Protocol):
             if channel is None:
                 if channel_id == 0:
                     raise errors.CommandInvalid("content frame on channel 0")
-                raise errors.ChannelErrorConn(f"expected 'channel.open' on channel {channel_id}")
+                raise errors.ChannelErrorConn("expected 'channel.open'")
             if frame_type == codec.FRAME_HEADER:
                 channel.on_header(payload)
             else:
                 channel.on_body(payload)
         elif frame_type == codec.FRAME_HEARTBEAT:
             if channel_id != 0:
-                raise errors.CommandInvalid("heartbeat frame on a non-zero channel")
+                raise errors.UnexpectedFrame(f"type 8, channel {channel_id}: heartbeat frames belong on channel 0")
         else:
-            raise errors.FrameError(f"unknown frame type {frame_type}")
+            raise errors.FrameError(f"type {frame_type}, all octets = {payload[:16]!r}: unknown_frame")
 
     def _dispatch_while_closing(self, frame_type: int, channel_id: int, payload: bytes) -> None:
         """After we sent connection.close only close and close-ok matter."""
@@ -205,13 +203,14 @@ class Connection(asyncio.Protocol):
             self._abort()
 
     def _decode(self, payload: bytes) -> Any:
+        class_id, method_id = struct.unpack_from(">HH", payload, 0)
         try:
             return codec.decode_method(payload)
         except KeyError:
-            class_id, method_id = struct.unpack_from(">HH", payload, 0)
             raise errors.CommandInvalid(f"unknown method class {class_id} method {method_id}") from None
         except ValueError as exc:
-            raise errors.SyntaxError_(f"malformed method arguments: {exc}") from None
+            # RabbitMQ's wording for arguments that do not decode, naming the method.
+            raise errors.FrameError(f"cannot decode {payload[4:36]!r}: {exc}", class_id, method_id) from None
 
     # ---- connection class ----------------------------------------------------------------
 
@@ -261,8 +260,15 @@ class Connection(asyncio.Protocol):
 
     def _on_start_ok(self, method: commands.Connection.StartOk) -> None:
         self.client_properties = dict(method.client_properties or {})
-        username, password = self._credentials(method.mechanism, method.response or "")
-        user = self.broker.authenticate(username, password, self.peer_host, method.mechanism)
+        try:
+            username, password = self._credentials(method.mechanism, method.response or "")
+            user = self.broker.authenticate(username, password, self.peer_host, method.mechanism)
+        except errors.ConnectionAccessRefused:
+            capabilities = self.client_properties.get("capabilities") or {}
+            if capabilities.get("authentication_failure_close"):
+                raise
+            self._abort()  # pre-capability clients expect the socket to just close
+            return
         self.user = user
         tune = commands.Connection.Tune(
             channel_max=self.broker.config.channel_max,
@@ -290,7 +296,7 @@ class Connection(asyncio.Protocol):
 
     def _on_tune_ok(self, method: commands.Connection.TuneOk) -> None:
         self.frame_max = _negotiate("frame_max", method.frame_max, FRAME_MIN_SIZE, self.broker.config.frame_max)
-        self.channel_max = _negotiate("channel_max", method.channel_max, 0, self.broker.config.channel_max)
+        self.channel_max = _negotiate("channel_max", method.channel_max, 0, self.broker.config.channel_max) or 65535
         self.heartbeat = method.heartbeat
         if self.heartbeat > 0:
             self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
@@ -300,10 +306,10 @@ class Connection(asyncio.Protocol):
         assert self.user is not None
         vhost = self.broker.vhosts.get(method.virtual_host)
         if vhost is None:
-            raise errors.NotAllowed(f"vhost '{method.virtual_host}' not found")
+            raise errors.NotAllowed(f"vhost {method.virtual_host} not found", 10, 40)
         if method.virtual_host not in self.user.permissions:
             raise errors.NotAllowed(
-                f"access to vhost '{method.virtual_host}' refused for user '{self.user.name}'"
+                f"access to vhost '{method.virtual_host}' refused for user '{self.user.name}'", 10, 40
             )
         self.vhost = vhost
         self.state = OPEN
@@ -318,9 +324,15 @@ class Connection(asyncio.Protocol):
             raise errors.CommandInvalid("channel frame before connection.open")
         method = self._decode(payload)
         if not isinstance(method, commands.Channel.Open):
-            raise errors.ChannelErrorConn(f"expected 'channel.open' on channel {channel_id}, got '{method.name}'")
-        if channel_id > self.channel_max:
-            raise errors.NotAllowed(f"channel id {channel_id} exceeds negotiated channel_max {self.channel_max}")
+            class_id, method_id = struct.unpack_from(">HH", payload, 0)
+            raise errors.ChannelErrorConn("expected 'channel.open'", class_id, method_id)
+        if len(self.channels) >= self.channel_max:
+            raise errors.NotAllowed(
+                f"number of channels opened ({len(self.channels)}) has reached the "
+                f"negotiated channel_max ({self.channel_max})",
+                20,
+                10,
+            )
         assert self.vhost is not None
         self.channels[channel_id] = Channel(self, channel_id, self.vhost)
         self.send(codec.method_frame(channel_id, commands.Channel.OpenOk()))
@@ -357,7 +369,7 @@ class Connection(asyncio.Protocol):
 
     # ---- closing -------------------------------------------------------------------------
 
-    def close_with_error(self, exc: errors.AMQPError, class_id: int = 0, method_id: int = 0) -> None:
+    def close_with_error(self, exc: errors.AMQPError) -> None:
         """Send connection.close with the error and wait (briefly) for close-ok."""
         if self.state in (CLOSING, CLOSED):
             return
@@ -365,7 +377,7 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection from %s during handshake: %s", self.peer, exc.reply_text)
         else:
             log.info("closing connection %s: %s", self.peer, exc.reply_text)
-        self.close(exc.reply_code, exc.reply_text, class_id, method_id)
+        self.close(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id)
 
     def close(self, reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0) -> None:
         if self.state in (CLOSING, CLOSED):
@@ -428,9 +440,18 @@ class Connection(asyncio.Protocol):
 
 
 def _negotiate(field: str, client_value: int, minimum: int, server_value: int) -> int:
-    """Check a tune-ok value the way RabbitMQ does (both limits answer 530)."""
+    """Check a tune-ok value the way RabbitMQ does (both limits answer 530, naming tune)."""
     if client_value != 0 and client_value < minimum:
-        raise errors.NotAllowed(f"{field}={client_value} < {minimum} min size")
+        raise errors.NotAllowed(
+            f"negotiated {field} = {client_value} is lower than the minimum allowed value ({minimum})", 10, 30
+        )
     if server_value != 0 and (client_value == 0 or client_value > server_value):
-        raise errors.NotAllowed(f"{field}={client_value} > {server_value} max size")
+        raise errors.NotAllowed(
+            f"negotiated {field} = {client_value} is higher than the maximum allowed value ({server_value})", 10, 30
+        )
     return client_value
+
+
+def _frame_error(frame_type: int, buffer: bytearray, offset: int, reason: str) -> errors.FrameError:
+    """RabbitMQ's FRAME_ERROR text: the frame type, its first octets, the reason."""
+    return errors.FrameError(f"type {frame_type}, first 16 octets = {bytes(buffer[offset : offset + 16])!r}: {reason}")

@@ -62,10 +62,9 @@ def channel_close_ok(channel: Channel, method: c.Channel.CloseOk) -> None:
 
 
 def channel_flow(channel: Channel, method: c.Channel.Flow) -> None:
-    channel.flow_active = bool(method.active)
-    _reply(channel, c.Channel.FlowOk(active=method.active))
-    if channel.flow_active:
-        channel.resume_deliveries()
+    if not method.active:
+        raise errors.NotImplemented_("active=false")  # as RabbitMQ: consumers use basic.qos instead
+    _reply(channel, c.Channel.FlowOk(active=True))
 
 
 def channel_flow_ok(channel: Channel, method: c.Channel.FlowOk) -> None:

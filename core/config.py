@@ -1,0 +1,124 @@
+"""Broker settings: a plain dataclass plus a LavinMQ-style INI loader.
+
+Precedence is command line > environment > config file > defaults. The CLI resolves the
+first two (click knows where each value came from) and hands them to `resolve_config`.
+"""
+
+from __future__ import annotations
+
+import configparser
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+# LavinMQ's level names, so its config files work unchanged.
+LOG_LEVEL_ALIASES = {"warn": "warning", "fatal": "critical"}
+
+
+class StartupError(Exception):
+    """A setting, plugin or data directory the broker cannot start with.
+
+    The CLI prints the message and exits non-zero, without a traceback.
+    """
+
+
+@dataclass
+class Config:
+    data_dir: Path = Path("lavin-data")
+    bind: str = "127.0.0.1"
+    amqp_port: int = 5672
+    plugins: tuple[str, ...] = ()
+    log_level: str = "info"
+    loop: str = "auto"
+    heartbeat: int = 60  # seconds; the server's suggestion in connection.tune
+    frame_max: int = 131072
+    channel_max: int = 2047
+    max_message_size: int = 128 * MiB
+    segment_size: int = 8 * MiB
+    auth_backends: tuple[str, ...] = ("guest",)
+    default_vhost: str = "/"
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        self.log_level = LOG_LEVEL_ALIASES.get(self.log_level.lower(), self.log_level.lower())
+        self.plugins = tuple(self.plugins)
+        self.auth_backends = tuple(self.auth_backends)
+        if self.log_level not in LOG_LEVELS:
+            raise StartupError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+        if self.loop not in EVENT_LOOPS:
+            raise StartupError(f"loop must be one of {', '.join(EVENT_LOOPS)}")
+        if not 0 <= self.amqp_port <= 65535:
+            raise StartupError(f"amqp port {self.amqp_port} is out of range")
+        if self.heartbeat < 0 or self.heartbeat > 65535:
+            raise StartupError("heartbeat must be between 0 and 65535 seconds")
+        # 4096 is the smallest frame_max AMQP 0-9-1 allows a peer to insist on.
+        if not 4096 <= self.frame_max <= 2**32 - 1:
+            raise StartupError("frame_max must be between 4096 and 4294967295")
+        if not 0 <= self.channel_max <= 65535:
+            raise StartupError("channel_max must be between 0 and 65535")
+        if self.max_message_size <= 0 or self.segment_size <= 0:
+            raise StartupError("max_message_size and segment_size must be positive")
+        if not self.auth_backends:
+            raise StartupError("auth_backends must name at least one backend")
+
+
+def _comma_list(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+# INI (section, key) -> Config field and how to parse the text.
+INI_KEYS: Mapping[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
+    ("main", "data_dir"): ("data_dir", Path),
+    ("main", "log_level"): ("log_level", str),
+    ("main", "segment_size"): ("segment_size", int),
+    ("main", "auth_backends"): ("auth_backends", _comma_list),
+    ("main", "default_vhost"): ("default_vhost", str),
+    ("amqp", "bind"): ("bind", str),
+    ("amqp", "port"): ("amqp_port", int),
+    ("amqp", "heartbeat"): ("heartbeat", int),
+    ("amqp", "frame_max"): ("frame_max", int),
+    ("amqp", "channel_max"): ("channel_max", int),
+    ("amqp", "max_message_size"): ("max_message_size", int),
+}
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Config field values set in an INI file. Unknown keys are logged and skipped, so a
+    LavinMQ config file with settings Lavin lacks still loads."""
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
+    try:
+        with open(path, encoding="utf-8") as file:
+            parser.read_file(file)
+    except (OSError, configparser.Error) as exc:
+        raise StartupError(f"cannot read config file {path}: {exc}") from exc
+    values: dict[str, Any] = {}
+    for section in parser.sections():
+        for key, text in parser.items(section):
+            target = INI_KEYS.get((section, key))
+            if target is None:
+                log.warning("%s: ignoring unknown setting [%s] %s", path, section, key)
+                continue
+            field_name, parse = target
+            try:
+                values[field_name] = parse(text.strip())
+            except ValueError as exc:
+                raise StartupError(f"{path}: [{section}] {key} = {text!r}: {exc}") from exc
+    return values
+
+
+def resolve_config(explicit: Mapping[str, Any], config_file: Path | None = None) -> Config:
+    """Defaults, overlaid by the config file, overlaid by explicit (CLI or env) values."""
+    known = {f.name for f in fields(Config)}
+    unknown = set(explicit) - known
+    if unknown:
+        raise StartupError(f"unknown settings: {', '.join(sorted(unknown))}")
+    values = read_config_file(config_file) if config_file is not None else {}
+    values.update(explicit)
+    return Config(**values)
