@@ -23,6 +23,7 @@ from lavin.errors import (
     ResourceLocked,
 )
 from lavin.message import Message
+from lavin.storage.segment_store import SegmentStore
 
 hookimpl = pluggy.HookimplMarker("lavin")
 
@@ -163,6 +164,7 @@ __all__ = [
     "PreconditionFailed",
     "QueueType",
     "ResourceLocked",
+    "SegmentStore",
     "User",
     "hookimpl",
 ]

@@ -1,0 +1,500 @@
+"""The message store of one queue: append-only segment files read by a sequential cursor.
+
+Ready messages are not held in memory. A cursor walks the segments in publish order; ids
+handed back with `requeue` sit in a min-heap and come out before the cursor's next one.
+A message id is `segment_id << 32 | byte_position`, so ids sort in publish order.
+docs/storage.md describes the files, the recovery rules and the group-commit contract.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from array import array
+from collections.abc import Iterable
+from heapq import heappop, heappush
+from pathlib import Path
+
+from lavin.message import Message
+from lavin.storage.disk import fsync_directory
+from lavin.storage.record import (
+    FILE_HEADER,
+    FILE_HEADER_SIZE,
+    FIXED_SIZE,
+    FLAG_PERSISTENT,
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    LENGTH,
+    TEXT_ENCODING,
+    TEXT_ERRORS,
+    append_record,
+    body_size,
+    decode_record,
+    is_persistent,
+    now_ms,
+    record_size,
+)
+from lavin.storage.segment_files import (
+    ACK_PREFIX,
+    SEGMENT_PREFIX,
+    ack_path,
+    list_ids,
+    load_acks,
+    positions_bytes,
+    scan_segment,
+    segment_path,
+)
+
+DEFAULT_SEGMENT_SIZE = 8 << 20
+_POSITION_MASK = 0xFFFFFFFF
+_READ_AHEAD = 128 << 10
+_WRITE_BUFFER_LIMIT = 1 << 20  # a burst within one tick goes to the OS before it grows further
+_NO_SKIP = -1
+_FILE_HEADER_BYTES = FILE_HEADER.pack(FORMAT_VERSION)
+
+
+class _Segment:
+    __slots__ = ("ack_fd", "base", "fd", "id", "live", "pending_acks", "persistent", "size", "skip")
+
+    def __init__(self, segment_id: int, fd: int, size: int, live: int, skip: array[int]) -> None:
+        self.id = segment_id
+        self.base = segment_id << 32  # id of the record at position 0
+        self.fd = fd  # -1 once deleted
+        self.size = size  # bytes handed to the OS
+        self.live = live  # records not acked yet: ready or taken
+        self.persistent = False  # holds persistent records of a durable store: acks are written
+        self.skip = skip  # recovered segments: ascending positions the cursor passes over
+        self.ack_fd = -1
+        self.pending_acks = array("I")
+
+
+class _ReadAhead:
+    """A window onto one segment file, so that neighbouring reads share one pread."""
+
+    __slots__ = ("data", "segment", "start")
+
+    def __init__(self) -> None:
+        self.segment: _Segment | None = None
+        self.start = 0
+        self.data = b""
+
+    def locate(self, segment: _Segment, position: int) -> tuple[bytes, int, int]:
+        """A buffer holding the whole record at `position`, its offset there, its size."""
+        data = self.data
+        offset = position - self.start
+        if self.segment is segment and 0 <= offset <= len(data) - HEADER_SIZE:
+            size = HEADER_SIZE + LENGTH.unpack_from(data, offset)[0]
+            if offset + size <= len(data):
+                return data, offset, size
+        data = os.pread(segment.fd, _READ_AHEAD, position)
+        size = record_size(data, 0)
+        if size > len(data):
+            data = os.pread(segment.fd, size, position)
+        self.segment, self.start, self.data = segment, position, data
+        return data, 0, size
+
+
+def _write_fully(fd: int, data: bytes | bytearray) -> None:
+    written = os.write(fd, data)
+    if written < len(data):  # only on signals or a full disk
+        with memoryview(data) as view:
+            while written < len(data):
+                written += os.write(fd, view[written:])
+
+
+class SegmentStore:
+    """Messages of one queue in `path`: durable stores recover on open, others start empty."""
+
+    _write: _Segment  # the segment appended to
+    _write_end: int  # position of its next record
+    _cursor: _Segment  # the segment read next
+    _cursor_id: int  # id of the record read next
+    _next_skip: int  # in the cursor's segment: next skipped position, or _NO_SKIP
+    _skip_index: int
+    _dir_fd: int
+
+    __slots__ = (
+        "_acks_dirty",
+        "_closing_fds",
+        "_cursor",
+        "_cursor_id",
+        "_cursor_reader",
+        "_dir_changed",
+        "_dir_fd",
+        "_last_push_body_size",
+        "_last_push_end",
+        "_last_push_id",
+        "_next_skip",
+        "_random_reader",
+        "_ready",
+        "_ready_bytes",
+        "_requeued",
+        "_retired_fds",
+        "_segments",
+        "_skip_index",
+        "_sync_fds",
+        "_write",
+        "_write_buffer",
+        "_write_dirty",
+        "_write_end",
+        "durable",
+        "path",
+        "segment_size",
+    )
+
+    def __init__(self, path: Path, durable: bool, segment_size: int = DEFAULT_SEGMENT_SIZE) -> None:
+        if not FILE_HEADER_SIZE < segment_size <= 1 << 32:
+            raise ValueError(f"segment_size must be between 5 bytes and 4 GiB, not {segment_size}")
+        self.path = path
+        self.durable = durable
+        self.segment_size = segment_size
+        self._segments: dict[int, _Segment] = {}  # ascending ids: insertion order
+        self._write_buffer = bytearray()  # bytes of the write segment not handed to the OS
+        self._write_dirty = False  # persistent records in the write segment since the last flush
+        self._cursor_reader = _ReadAhead()
+        self._random_reader = _ReadAhead()
+        self._requeued: list[int] = []  # heap of ids before the cursor
+        self._ready = 0  # requeued ids plus unread records past the cursor
+        self._ready_bytes = 0
+        self._last_push_id = -1
+        self._last_push_end = 0
+        self._last_push_body_size = 0
+        self._acks_dirty: list[_Segment] = []  # segments with pending acks
+        self._sync_fds: set[int] = set()  # besides the write segment's: segments rolled over
+        self._dir_changed = False  # a file was created since the directory was last synced
+        self._retired_fds: list[int] = []  # fds of deleted segments, closed two flushes later
+        self._closing_fds: list[int] = []
+        if durable:
+            if not path.exists():
+                path.mkdir(parents=True)
+                fsync_directory(path.parent)
+            self._dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            self._recover()
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True)
+            self._dir_fd = -1
+        self._create_write_segment(max(self._segments, default=0) + 1)
+        self._move_cursor(next(iter(self._segments.values())))
+
+    # -- the queue's operations ------------------------------------------------------------
+
+    def push(self, message: Message) -> int:
+        """Append a ready message and return its id."""
+        exchange = message.exchange.encode(TEXT_ENCODING, TEXT_ERRORS)
+        routing_key = message.routing_key.encode(TEXT_ENCODING, TEXT_ERRORS)
+        properties = message.properties
+        body = message.body
+        size = FIXED_SIZE + len(exchange) + len(routing_key) + len(properties) + len(body)
+        position = self._write_end
+        if position + size > self.segment_size and position > FILE_HEADER_SIZE:
+            self._roll()
+            position = FILE_HEADER_SIZE
+        persistent = is_persistent(properties)
+        append_record(
+            self._write_buffer,
+            message.timestamp or now_ms(),
+            exchange,
+            routing_key,
+            properties,
+            body,
+            FLAG_PERSISTENT if persistent else 0,
+        )
+        segment = self._write
+        segment.live += 1
+        if persistent and self.durable:
+            segment.persistent = True
+            self._write_dirty = True
+        self._write_end = position + size
+        self._ready += 1
+        self._ready_bytes += len(body)
+        message_id = segment.base | position
+        self._last_push_id = message_id
+        self._last_push_end = message_id + size
+        self._last_push_body_size = len(body)
+        if len(self._write_buffer) > _WRITE_BUFFER_LIMIT:
+            self._write_out()
+        return message_id
+
+    def take(self) -> tuple[int, Message, bool] | None:
+        """Remove the next ready message: (id, message, redelivered), or None."""
+        if self._requeued:
+            message_id = heappop(self._requeued)
+            message = self.read(message_id)
+            self._ready -= 1
+            self._ready_bytes -= len(message.body)
+            return message_id, message, True
+        if not self._ready:
+            return None
+        buffer, offset, size = self._peek()
+        message_id = self._cursor_id
+        message = decode_record(buffer, offset)
+        self._advance(size)
+        self._ready -= 1
+        self._ready_bytes -= len(message.body)
+        return message_id, message, False
+
+    def skip(self, message_id: int) -> None:
+        """Mark the next ready message taken without reading it: the core delivered it
+        straight from `push`. Raises ValueError for any other id."""
+        if message_id == self._last_push_id and self._ready - len(self._requeued) == 1:
+            # The only message past the cursor is the one just pushed: jump behind it.
+            if self._cursor is not self._write:
+                self._move_cursor(self._write)
+            self._cursor_id = self._last_push_end
+            self._ready -= 1
+            self._ready_bytes -= self._last_push_body_size
+            return
+        if self._ready == len(self._requeued):
+            raise ValueError(f"message {message_id:#x} is not next in line: none is")
+        buffer, offset, size = self._peek()
+        if message_id != self._cursor_id:
+            raise ValueError(f"message {message_id:#x} is not next in line: {self._cursor_id:#x} is")
+        self._ready_bytes -= body_size(buffer, offset)
+        self._ready -= 1
+        self._advance(size)
+
+    def ack(self, message_id: int) -> None:
+        """Forget a taken message for good; a finished segment file is deleted."""
+        segment = self._segments[message_id >> 32]
+        if segment.persistent:
+            pending = segment.pending_acks
+            pending.append(message_id & _POSITION_MASK)
+            if len(pending) == 1:
+                self._acks_dirty.append(segment)
+        segment.live -= 1
+        if not segment.live and segment is not self._write:
+            self._delete_segment(segment)
+
+    def requeue(self, message_ids: Iterable[int]) -> None:
+        """Make taken messages ready again, ahead of the cursor, in publish order."""
+        for message_id in message_ids:
+            segment = self._segments[message_id >> 32]
+            position = message_id & _POSITION_MASK
+            buffer, offset, _ = self._locate(segment, position, self._random_reader)
+            self._ready_bytes += body_size(buffer, offset)
+            self._ready += 1
+            heappush(self._requeued, message_id)
+
+    def read(self, message_id: int) -> Message:
+        """The message with this id, whether ready or taken."""
+        segment = self._segments[message_id >> 32]
+        position = message_id & _POSITION_MASK
+        buffer, offset, _ = self._locate(segment, position, self._random_reader)
+        return decode_record(buffer, offset)
+
+    def purge(self) -> int:
+        """Drop every ready message and return how many there were.
+
+        Segments past the cursor hold only ready messages and go as whole files; in the
+        cursor's segment and for requeued ids, acks are written.
+        """
+        count = self._ready
+        if not count:
+            return 0
+        if self._write_end > FILE_HEADER_SIZE:
+            self._roll()  # now every ready record lies in a segment that may be deleted
+        later = [segment for segment in self._segments.values() if segment.id > self._cursor.id]
+        unread_in_cursor_segment = count - len(self._requeued) - sum(s.live for s in later)
+        to_ack = self._requeued
+        for _ in range(unread_in_cursor_segment):
+            size = self._peek()[2]
+            to_ack.append(self._cursor_id)
+            self._advance(size)
+        self._requeued = []
+        self._ready = self._ready_bytes = 0
+        self._move_cursor(self._write)
+        for segment in later:
+            if segment is not self._write:
+                self._delete_segment(segment)
+        for message_id in to_ack:
+            self.ack(message_id)
+        return count
+
+    def __len__(self) -> int:
+        return self._ready
+
+    @property
+    def ready_bytes(self) -> int:
+        """Body bytes of the ready messages."""
+        return self._ready_bytes
+
+    def flush(self) -> list[int]:
+        """Hand buffered records and acks to the OS; return the fds that need an fsync.
+
+        Only durable stores return fds, and only after persistent records or their acks
+        were written. The fds stay open until `close`, except those of segments deleted as
+        fully acked, which close at the second flush after the deletion.
+        """
+        for fd in self._closing_fds:
+            os.close(fd)
+        self._closing_fds = self._retired_fds
+        self._retired_fds = []
+        self._write_out()
+        if not (self._write_dirty or self._acks_dirty or self._sync_fds):
+            return []
+        sync = self._sync_fds
+        self._sync_fds = set()
+        if self._write_dirty:
+            sync.add(self._write.fd)
+            self._write_dirty = False
+        for segment in self._acks_dirty:
+            if segment.fd < 0:
+                continue  # deleted meanwhile: its acks no longer matter
+            if segment.ack_fd < 0:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                segment.ack_fd = os.open(ack_path(self.path, segment.id), flags, 0o644)
+                self._dir_changed = True
+            _write_fully(segment.ack_fd, positions_bytes(segment.pending_acks))
+            del segment.pending_acks[:]
+            sync.add(segment.ack_fd)
+        self._acks_dirty.clear()
+        if self._dir_changed:
+            sync.add(self._dir_fd)
+            self._dir_changed = False
+        return list(sync)
+
+    def close(self) -> None:
+        """Write and sync everything, then release the files; the data stays."""
+        for fd in self.flush():
+            os.fsync(fd)
+        self._close_files()
+
+    def delete(self) -> None:
+        """Release the files and remove the directory."""
+        self._write_buffer.clear()
+        self._close_files()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    # -- cursor ----------------------------------------------------------------------------
+
+    def _locate(self, segment: _Segment, position: int, reader: _ReadAhead) -> tuple[bytes, int, int]:
+        """A buffer holding the whole record at `position`, its offset there, its size."""
+        if position >= segment.size:  # in the write buffer, not handed to the OS yet
+            start = position - segment.size
+            buffer = self._write_buffer
+            size = record_size(buffer, start)
+            return bytes(buffer[start : start + size]), 0, size
+        return reader.locate(segment, position)
+
+    def _peek(self) -> tuple[bytes, int, int]:
+        """Where the next ready record past the cursor is; one must exist."""
+        while True:
+            position = self._cursor_id & _POSITION_MASK
+            located = self._locate(self._cursor, position, self._cursor_reader)
+            if position != self._next_skip:
+                return located
+            cursor = self._cursor
+            self._skip_index += 1
+            if self._skip_index < len(cursor.skip):
+                self._next_skip = cursor.skip[self._skip_index]
+            else:
+                self._next_skip = _NO_SKIP
+                cursor.skip = array("I")  # the cursor never comes back: free the list
+            self._advance(located[2])
+
+    def _advance(self, size: int) -> None:
+        self._cursor_id += size
+        cursor = self._cursor
+        if cursor is not self._write and self._cursor_id & _POSITION_MASK >= cursor.size:
+            self._move_cursor(self._segment_after(cursor))
+
+    def _move_cursor(self, segment: _Segment) -> None:
+        self._cursor = segment
+        self._cursor_id = segment.base | FILE_HEADER_SIZE
+        self._skip_index = 0
+        self._next_skip = segment.skip[0] if segment.skip else _NO_SKIP
+
+    def _segment_after(self, segment: _Segment) -> _Segment:
+        return self._segments[min(i for i in self._segments if i > segment.id)]
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _create_write_segment(self, segment_id: int) -> None:
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        fd = os.open(segment_path(self.path, segment_id), flags, 0o644)
+        segment = _Segment(segment_id, fd, 0, 0, array("I"))
+        self._segments[segment_id] = segment
+        self._write = segment
+        self._write_buffer += _FILE_HEADER_BYTES
+        self._write_end = FILE_HEADER_SIZE
+        self._dir_changed = True
+
+    def _roll(self) -> None:
+        """Start a new write segment; the old one keeps its fd until it is deleted."""
+        old = self._write
+        self._write_out()
+        if self._write_dirty:
+            self._sync_fds.add(old.fd)
+            self._write_dirty = False
+        self._create_write_segment(old.id + 1)
+        if self._cursor is old and self._cursor_id & _POSITION_MASK == old.size:
+            self._move_cursor(self._write)
+        if not old.live:
+            self._delete_segment(old)
+
+    def _write_out(self) -> None:
+        buffer = self._write_buffer
+        if buffer:
+            _write_fully(self._write.fd, buffer)
+            self._write.size += len(buffer)
+            buffer.clear()
+
+    def _delete_segment(self, segment: _Segment) -> None:
+        del self._segments[segment.id]
+        if self._cursor is segment:
+            self._move_cursor(self._segment_after(segment))
+        os.unlink(segment_path(self.path, segment.id))
+        fds = [segment.fd]
+        if segment.ack_fd >= 0:
+            os.unlink(ack_path(self.path, segment.id))
+            fds.append(segment.ack_fd)
+        segment.fd = segment.ack_fd = -1
+        if self.durable:
+            # The core may still be syncing these fds in another thread.
+            self._sync_fds.difference_update(fds)
+            self._retired_fds.extend(fds)
+        else:
+            for fd in fds:
+                os.close(fd)
+
+    def _close_files(self) -> None:
+        fds = self._closing_fds + self._retired_fds
+        for segment in self._segments.values():
+            fds.append(segment.fd)
+            if segment.ack_fd >= 0:
+                fds.append(segment.ack_fd)
+            segment.fd = segment.ack_fd = -1
+        if self._dir_fd >= 0:
+            fds.append(self._dir_fd)
+            self._dir_fd = -1
+        self._segments.clear()
+        self._closing_fds, self._retired_fds = [], []
+        for fd in fds:
+            os.close(fd)
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Rebuild the counts from the files: persistent records not acked are ready."""
+        segment_ids = list_ids(self.path, SEGMENT_PREFIX)
+        for orphan in set(list_ids(self.path, ACK_PREFIX)).difference(segment_ids):
+            ack_path(self.path, orphan).unlink()
+        for segment_id in segment_ids:
+            path = segment_path(self.path, segment_id)
+            acks = ack_path(self.path, segment_id)
+            has_acks = acks.exists()
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            scanned = scan_segment(fd, path, load_acks(acks) if has_acks else set())
+            if scanned is None or not scanned.live:
+                os.close(fd)
+                path.unlink()
+                acks.unlink(missing_ok=True)
+                continue
+            segment = _Segment(segment_id, fd, scanned.size, scanned.live, scanned.skip)
+            segment.persistent = True
+            if has_acks:
+                segment.ack_fd = os.open(acks, os.O_WRONLY | os.O_APPEND)
+            self._segments[segment_id] = segment
+            self._ready += scanned.live
+            self._ready_bytes += scanned.live_bytes
