@@ -16,6 +16,8 @@ from pamqp import commands
 from lavin import errors
 from lavin.amqp import codec
 from lavin.api import Message
+from lavin.broker.expiry import message_expiration
+from lavin.broker.queue import NEEDS_SYNC, REJECTED, STORED
 
 if TYPE_CHECKING:
     from lavin.amqp.connection import Connection
@@ -30,7 +32,9 @@ Unacked = tuple["Queue", int, "Consumer | None"]
 
 
 class Consumer:
-    __slots__ = ("channel", "queue", "tag", "tag_bytes", "no_ack", "exclusive", "prefetch", "unacked", "arguments")
+    __slots__ = (
+        "channel", "queue", "tag", "tag_bytes", "no_ack", "exclusive", "prefetch", "unacked", "arguments", "priority"
+    )
 
     def __init__(
         self, channel: Channel, queue: Queue, tag: str, no_ack: bool, exclusive: bool, arguments: dict[str, Any]
@@ -44,6 +48,8 @@ class Consumer:
         self.prefetch = channel.consumer_prefetch
         self.unacked = 0
         self.arguments = arguments
+        priority = arguments.get("x-priority", 0)
+        self.priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
 
     def can_take(self) -> bool:
         channel = self.channel
@@ -208,6 +214,7 @@ class Channel:
         exchange, routing_key, mandatory = publish
         message = Message(exchange, routing_key, self._properties, body, int(time.time() * 1000))
         try:
+            message_expiration(message)  # 406 for an invalid expiration, before anything is stored
             if self.tx:
                 self.vhost.route(exchange, message)  # fail now for a missing exchange, as RabbitMQ does
                 self._tx_publishes.append((exchange, mandatory, message))
@@ -223,10 +230,10 @@ class Channel:
             queues = self.vhost.route(exchange, message)
         except ValueError as exc:
             raise errors.PreconditionFailed(f"invalid message properties: {exc}") from None
-        needs_sync = False
+        status = STORED
         for queue in queues:
-            if queue.publish(message):
-                needs_sync = True
+            status |= queue.publish(message)
+        needs_sync = bool(status & NEEDS_SYNC)
         if not queues and mandatory:
             self.connection.send(
                 codec.return_frame(self.id, 312, "NO_ROUTE", exchange, message.routing_key)
@@ -234,6 +241,8 @@ class Channel:
             )
         if self.confirm:
             self.publish_seq += 1
+            if status & REJECTED:
+                self._nacks.append(self.publish_seq)
             if needs_sync:
                 self._sync_needed_upto = self.publish_seq
                 self._wait_for_disk()

@@ -6,6 +6,7 @@ equivalence check; unknown `x-` arguments are stored but never compared.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lavin import errors
@@ -112,3 +113,83 @@ def _check_arguments(
                 f"inequivalent arg '{arg}' for {kind} '{name}' in vhost '{vhost}': "
                 f"received {_typed(received.get(arg))} but current is {_typed(current.get(arg))}"
             )
+
+
+OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """The queue arguments the core acts on, validated once at declare time."""
+
+    message_ttl: int | None = None  # ms
+    expires: int | None = None  # ms
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = "drop-head"
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
+    delivery_limit: int | None = None
+    single_active_consumer: bool = False
+
+
+def _amqp_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "long"
+    if isinstance(value, (str, bytes)):
+        return "longstr"
+    return type(value).__name__
+
+
+def parse_queue_settings(queue: str, vhost: str, arguments: dict[str, Any]) -> QueueSettings:
+    """Validate the arguments RabbitMQ validates, with its error texts (406)."""
+
+    def invalid(arg: str, reason: str) -> errors.PreconditionFailed:
+        return errors.PreconditionFailed(f"invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}': {reason}")
+
+    def integer(arg: str, minimum: int) -> int | None:
+        value = arguments.get(arg)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise invalid(arg, f"{{unacceptable_type,{_amqp_type(value)}}}")
+        if value < minimum:
+            raise invalid(arg, f"{{value_negative,{value}}}" if value < 0 else f"{{value_zero,{value}}}")
+        return value
+
+    def text(arg: str) -> str | None:
+        value = arguments.get(arg)
+        if value is None:
+            return None
+        if isinstance(value, bytes):
+            value = value.decode()
+        if not isinstance(value, str):
+            raise invalid(arg, f"{{unacceptable_type,{_amqp_type(value)}}}")
+        return value
+
+    overflow = text("x-overflow") or "drop-head"
+    if overflow not in OVERFLOW_MODES:
+        raise invalid("x-overflow", f"{{unacceptable_value,<<\"{overflow}\">>}}")
+    routing_key = text("x-dead-letter-routing-key")
+    exchange = text("x-dead-letter-exchange")
+    if routing_key is not None and exchange is None:
+        raise errors.PreconditionFailed(
+            f"invalid arg 'x-dead-letter-routing-key' for queue '{queue}' in vhost '{vhost}': "
+            "Key 'x-dead-letter-exchange' is mandatory if 'x-dead-letter-routing-key' is set"
+        )
+    single_active = arguments.get("x-single-active-consumer", False)
+    if not isinstance(single_active, bool):
+        raise invalid("x-single-active-consumer", f"{{unacceptable_type,{_amqp_type(single_active)}}}")
+    return QueueSettings(
+        message_ttl=integer("x-message-ttl", 0),
+        expires=integer("x-expires", 1),
+        max_length=integer("x-max-length", 0),
+        max_length_bytes=integer("x-max-length-bytes", 0),
+        overflow=overflow,
+        dead_letter_exchange=exchange,
+        dead_letter_routing_key=routing_key,
+        delivery_limit=integer("x-delivery-limit", 0),
+        single_active_consumer=single_active,
+    )

@@ -1,17 +1,24 @@
-"""The core queue: consumers, round-robin delivery, unacked bookkeeping, lifecycle.
+"""The core queue: consumers, delivery order, TTL, limits, dead-lettering, lifecycle.
 
 Storage and ordering belong to the queue-type plugin (`self.store`); this class decides
-who gets the next message and when the queue goes away.
+who gets the next message, when a message dies and when the queue goes away.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from lavin.api import Message, QueueType
+from lavin.broker.arguments import QueueSettings
+from lavin.broker.dead_letter import dead_letter
+from lavin.broker.delivery_counts import DeliveryCounts
+from lavin.broker.expiry import EXPIRATION_FLAG, ExpiryIndex, expires_at
 
 if TYPE_CHECKING:
+    import asyncio
+
     from lavin.amqp.channel import Consumer
     from lavin.amqp.connection import Connection
     from lavin.broker.exchange import Exchange
@@ -20,6 +27,15 @@ if TYPE_CHECKING:
 # Deliveries per drain call before yielding to the loop, so one busy queue cannot starve
 # the rest of the broker or grow a connection's write buffer without bound.
 DRAIN_BATCH = 256
+
+# Queue.publish results, or-ed together
+STORED = 0
+NEEDS_SYNC = 1  # the publisher's confirm waits for the fsync
+REJECTED = 2  # overflow refused it: the publisher gets a nack
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class Queue:
@@ -30,6 +46,7 @@ class Queue:
         vhost: VHost,
         name: str,
         store: QueueType,
+        settings: QueueSettings,
         *,
         durable: bool,
         exclusive_owner: Connection | None,
@@ -37,8 +54,10 @@ class Queue:
         arguments: dict[str, Any],
     ) -> None:
         self.vhost = vhost
+        self.loop = vhost.broker.loop
         self.name = name
         self.store = store
+        self.settings = settings
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
@@ -47,8 +66,22 @@ class Queue:
         self.bound_from: set[Exchange] = set()
         self.deleted = False
         self._had_consumer = False
-        self._rr = 0
+        self._rr: dict[int, int] = {}  # round-robin position per consumer priority
         self._drain_scheduled = False
+        self._limited = settings.max_length is not None or settings.max_length_bytes is not None
+        self._expiry = ExpiryIndex()
+        # Per-message expirations were seen, or a queue TTL is set: check at delivery.
+        self._may_expire = settings.message_ttl is not None
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._expiry_due = 0
+        self._unused_timer: asyncio.TimerHandle | None = None
+        self._delivery_counts = (
+            DeliveryCounts(store.path if store.durable else None, not len(store))
+            if settings.delivery_limit is not None
+            else None
+        )
+        self.touch()
+        self._arm_expiry()
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r}>"
@@ -63,29 +96,79 @@ class Queue:
 
     # ---- publishing ----------------------------------------------------------------------
 
-    def publish(self, message: Message) -> bool:
-        """Store a message and deliver it if a consumer can take it now.
-
-        Returns True when the publisher's confirm must wait for an fsync.
-        """
+    def publish(self, message: Message) -> int:
+        """Store a message and deliver it if a consumer can take it now (STORED, NEEDS_SYNC or REJECTED)."""
+        settings = self.settings
+        if self._limited and settings.overflow != "drop-head" and self._full_for(message):
+            if settings.overflow == "reject-publish-dlx":
+                dead_letter(self, message, "maxlen")
+            return REJECTED
         store = self.store
         message_id = store.push(message)
         self.vhost.broker.mark_dirty(self)
+        status = NEEDS_SYNC if self.durable and message.persistent else STORED
+        due = self._due(message)
         if self.consumers:
             if len(store) == 1:
                 consumer = self._next_consumer()
                 if consumer is not None:
                     store.skip(message_id)
+                    if due is not None:
+                        self._expiry.add(message_id, due, taken=True)
                     consumer.deliver(self, message_id, message, False)
-                    return self.durable and message.persistent
+                    return status
             self.schedule_drain()
-        return self.durable and message.persistent
+        if due is not None:
+            self._expiry.add(message_id, due, taken=False)
+        if self._limited:
+            self._drop_head_over_limit()
+        # A timer already armed fires no later than any queue-TTL expiry of this message.
+        if self._may_expire and (self._expiry_timer is None or (due is not None and due < self._expiry_due)):
+            self._arm_expiry(due)
+        return status
+
+    def _due(self, message: Message) -> int | None:
+        """Expiry time for the per-message index (queue TTL alone needs no entry)."""
+        properties = message.properties
+        if len(properties) < 2 or not properties[0] & EXPIRATION_FLAG:
+            return None
+        self._may_expire = True
+        return expires_at(message, self.settings.message_ttl)
+
+    def _full_for(self, message: Message) -> bool:
+        settings = self.settings
+        store = self.store
+        if settings.max_length is not None and len(store) >= settings.max_length:
+            return True
+        limit = settings.max_length_bytes
+        return limit is not None and store.ready_bytes + len(message.body) > limit
+
+    def _drop_head_over_limit(self) -> None:
+        settings = self.settings
+        store = self.store
+        while len(store) and (
+            (settings.max_length is not None and len(store) > settings.max_length)
+            or (settings.max_length_bytes is not None and store.ready_bytes > settings.max_length_bytes)
+        ):
+            item = store.take()
+            if item is None:
+                return
+            self._discard(item[0], item[1], "maxlen")
+
+    def _discard(self, message_id: int, message: Message, reason: str) -> None:
+        """A taken message dies: dead-letter it if the queue says so, then forget it."""
+        dead_letter(self, message, reason)
+        self.ack(message_id)
 
     # ---- consumers -----------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
+        if not self.settings.single_active_consumer:
+            # Highest priority first; sort is stable, so equals stay in arrival order.
+            self.consumers.sort(key=lambda c: -c.priority)
         self._had_consumer = True
+        self._cancel_unused_timer()
         self.schedule_drain()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -93,26 +176,43 @@ class Queue:
             self.consumers.remove(consumer)
         except ValueError:
             return
-        if self.auto_delete and self._had_consumer and not self.consumers and not self.deleted:
+        if self.consumers or self.deleted:
+            self.schedule_drain()  # a single active consumer may have handed over
+            return
+        if self.auto_delete and self._had_consumer:
             self.vhost.delete_queue(self)
+        else:
+            self.touch()
 
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self.consumers)
 
     def _next_consumer(self) -> Consumer | None:
         consumers = self.consumers
+        if self.settings.single_active_consumer:
+            active = consumers[0]
+            return active if active.can_take() else None
+        start = 0
         count = len(consumers)
-        for _ in range(count):
-            consumer = consumers[self._rr % count]
-            self._rr += 1
-            if consumer.can_take():
-                return consumer
+        while start < count:
+            priority = consumers[start].priority
+            end = start + 1
+            while end < count and consumers[end].priority == priority:
+                end += 1
+            size = end - start
+            position = self._rr.get(priority, 0)
+            for step in range(size):
+                consumer = consumers[start + (position + step) % size]
+                if consumer.can_take():
+                    self._rr[priority] = position + step + 1
+                    return consumer
+            start = end
         return None
 
     def schedule_drain(self) -> None:
         if not self._drain_scheduled and self.consumers and len(self.store):
             self._drain_scheduled = True
-            self.vhost.broker.loop.call_soon(self._drain)
+            self.loop.call_soon(self._drain)
 
     def _drain(self) -> None:
         self._drain_scheduled = False
@@ -125,32 +225,82 @@ class Queue:
             consumer = self._next_consumer()
             if consumer is None:
                 return
-            item = store.take()
+            item = self._take_live()
             if item is None:
                 return
             message_id, message, redelivered = item
             consumer.deliver(self, message_id, message, redelivered)
         self.schedule_drain()
 
-    # ---- acknowledgements ------------------------------------------------------------------
+    def _take_live(self) -> tuple[int, Message, bool] | None:
+        """The next ready message that has not expired, with its delivery count header."""
+        store = self.store
+        while True:
+            item = store.take()
+            if item is None:
+                return None
+            message_id, message, redelivered = item
+            if self._may_expire:
+                if self._expired(message):
+                    self._discard(message_id, message, "expired")
+                    continue
+                if self._expiry:
+                    self._expiry.taken(message_id)
+            counts = self._delivery_counts
+            if counts is not None and (count := counts.get(message_id)):
+                props = dict(message.props)
+                props["headers"] = {**(props.get("headers") or {}), "x-delivery-count": count}
+                message.replace_properties(props)
+            return item
+
+    def _expired(self, message: Message) -> bool:
+        due = expires_at(message, self.settings.message_ttl)
+        return due is not None and due <= now_ms()
+
+    # ---- basic.get and acknowledgements ----------------------------------------------------
 
     def get(self) -> tuple[int, Message, bool] | None:
         """basic.get: the next ready message, if any."""
-        return self.store.take()
+        self.touch()
+        return self._take_live()
 
     def ack(self, message_id: int) -> None:
-        if not self.deleted:
-            self.store.ack(message_id)
-            self.vhost.broker.mark_dirty(self)
+        if self.deleted:
+            return
+        self.store.ack(message_id)
+        self.vhost.broker.mark_dirty(self)
+        if self._expiry:
+            self._expiry.acked(message_id)
+        if self._delivery_counts is not None:
+            self._delivery_counts.forget(message_id)
 
     def reject(self, message_id: int) -> None:
-        """A message rejected without requeue is dropped."""
+        """Rejected without requeue: dead-lettered when the queue has a DLX, else dropped."""
+        if self.deleted:
+            return
+        if self.settings.dead_letter_exchange is not None:
+            dead_letter(self, self.store.read(message_id), "rejected")
         self.ack(message_id)
 
     def requeue(self, message_ids: Iterable[int]) -> None:
         if self.deleted:
             return
-        self.store.requeue(sorted(message_ids))
+        ids = sorted(message_ids)
+        counts = self._delivery_counts
+        if counts is not None:
+            limit = self.settings.delivery_limit
+            assert limit is not None
+            over = [i for i in ids if counts.increment(i) > limit]
+            for message_id in over:
+                self._discard(message_id, self.store.read(message_id), "delivery_limit")
+            if over:
+                ids = [i for i in ids if i not in set(over)]
+        self.store.requeue(ids)
+        if self._expiry:
+            for message_id in ids:
+                self._expiry.requeued(message_id)
+        if self._may_expire:
+            self._arm_expiry()
         self.schedule_drain()
 
     def purge(self) -> int:
@@ -158,13 +308,95 @@ class Queue:
         self.vhost.broker.mark_dirty(self)
         return count
 
+    # ---- expiry --------------------------------------------------------------------------
+
+    def _arm_expiry(self, due: int | None = None) -> None:
+        """Make sure a timer fires by the next expiry: the head's (queue TTL) or the index's."""
+        if self.deleted:
+            return
+        candidates = [d for d in (due, self._expiry.next_due(), self._head_due()) if d is not None]
+        if not candidates:
+            return
+        next_due = min(candidates)
+        if self._expiry_timer is not None:
+            if self._expiry_due <= next_due:
+                return
+            self._expiry_timer.cancel()
+        self._expiry_due = next_due
+        delay = max(0.0, (next_due - now_ms()) / 1000)
+        self._expiry_timer = self.loop.call_later(delay, self._expire_due)
+
+    def _head_due(self) -> int | None:
+        ttl = self.settings.message_ttl
+        if ttl is None or not len(self.store):
+            return None
+        head = self.store.peek()
+        return None if head is None else head[1].timestamp + ttl
+
+    def _expire_due(self) -> None:
+        self._expiry_timer = None
+        if self.deleted:
+            return
+        now = now_ms()
+        store = self.store
+        for message_id in self._expiry.pop_due(now):
+            message = store.read(message_id)
+            store.remove(message_id)
+            self._discard_removed(message_id, message)
+        ttl = self.settings.message_ttl
+        while ttl is not None and (head := store.peek()) is not None and head[1].timestamp + ttl <= now:
+            item = store.take()
+            assert item is not None
+            self._discard(item[0], item[1], "expired")
+        self._arm_expiry()
+
+    def _discard_removed(self, message_id: int, message: Message) -> None:
+        dead_letter(self, message, "expired")
+        self.vhost.broker.mark_dirty(self)
+        if self._delivery_counts is not None:
+            self._delivery_counts.forget(message_id)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def touch(self) -> None:
+        """The queue was used: restart the x-expires countdown (only while it has no consumers)."""
+        expires = self.settings.expires
+        if expires is None or self.consumers or self.deleted:
+            return
+        self._cancel_unused_timer()
+        self._unused_timer = self.loop.call_later(expires / 1000, self._expire_unused)
+
+    def _cancel_unused_timer(self) -> None:
+        if self._unused_timer is not None:
+            self._unused_timer.cancel()
+            self._unused_timer = None
+
+    def _expire_unused(self) -> None:
+        self._unused_timer = None
+        if not self.consumers and not self.deleted:
+            self.vhost.delete_queue(self)
+
     def flush_store(self) -> list[int]:
         """Group commit: hand buffered writes to the OS, return fds to fsync."""
         return [] if self.deleted else self.store.flush()
 
-    # ---- lifecycle -----------------------------------------------------------------------
+    def _stop_timers(self) -> None:
+        self._cancel_unused_timer()
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+        if self._delivery_counts is not None:
+            self._delivery_counts.close()
 
     def close(self) -> None:
         """Release files; data stays for the next start."""
         self.deleted = True
+        self._stop_timers()
         self.store.close()
+
+    def delete(self) -> None:
+        """Remove the data for good."""
+        self.deleted = True
+        self._stop_timers()
+        self.store.delete()
+

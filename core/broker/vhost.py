@@ -14,6 +14,7 @@ from lavin.api import Message
 from lavin.broker.arguments import (
     check_exchange_equivalence,
     check_queue_equivalence,
+    parse_queue_settings,
     queue_type_name,
 )
 from lavin.broker.exchange import Exchange
@@ -100,9 +101,10 @@ class VHost:
 
     def close(self) -> None:
         for queue in list(self.queues.values()):
-            queue.close()
-            if not queue.durable:
-                queue.store.delete()
+            if queue.store.durable:
+                queue.close()
+            else:
+                queue.delete()
         if self.definitions is not None:
             self.definitions.close()
 
@@ -234,6 +236,7 @@ class VHost:
         if existing is not None:
             self.check_exclusive(existing, connection, exclusive)
             check_queue_equivalence(existing, self.name, durable, exclusive, auto_delete, arguments)
+            existing.touch()
             return existing
         queue = self._create_queue(
             name, durable=durable, exclusive_owner=connection if exclusive else None,
@@ -248,6 +251,7 @@ class VHost:
         self, name: str, *, durable: bool, exclusive_owner: Connection | None, auto_delete: bool,
         arguments: dict[str, Any],
     ) -> Queue:
+        settings = parse_queue_settings(name, self.name, arguments)
         type_name = queue_type_name(arguments)
         queue_type = self.broker.registry.queue_types.get(type_name)
         if queue_type is None:
@@ -259,7 +263,7 @@ class VHost:
         if persistent:
             (path / ".queue").write_text(name)
         queue = Queue(
-            self, name, store, durable=durable, exclusive_owner=exclusive_owner,
+            self, name, store, settings, durable=durable, exclusive_owner=exclusive_owner,
             auto_delete=auto_delete, arguments=arguments,
         )
         self.queues[name] = queue
@@ -271,7 +275,7 @@ class VHost:
             return 0
         count = queue.message_count
         del self.queues[queue.name]
-        queue.deleted = True
+        queue.deleted = True  # no deliveries or drains from here on
         for consumer in list(queue.consumers):
             consumer.cancelled_by_broker()
         queue.consumers.clear()
@@ -279,7 +283,7 @@ class VHost:
             exchange.table.remove_destination(queue)
             self._auto_delete_if_unbound(exchange)
         queue.bound_from.clear()
-        queue.store.delete()
+        queue.delete()
         if queue.durable and queue.exclusive_owner is None and self.definitions is not None:
             self.definitions.queue_deleted(queue.name)
         self._changed("queue", queue.name, "deleted")
