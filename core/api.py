@@ -65,6 +65,13 @@ class ExchangeType(ABC):
     def bindings(self) -> Iterable[Binding]:
         """Every binding, for listing and persistence."""
 
+    def is_bound(self, destination: Destination | None = None) -> bool:
+        """Whether any binding exists (to `destination`, when given).
+
+        The core asks on every unbind; tables with many bindings should answer without a scan.
+        """
+        return any(destination is None or b.destination == destination for b in self.bindings())
+
     def remove_destination(self, destination: Destination) -> None:
         """Drop every binding to a deleted destination."""
         for binding in [b for b in self.bindings() if b.destination == destination]:

@@ -42,7 +42,7 @@ class Exchange:
         return f"<Exchange {self.name!r} {self.type_name}>"
 
     def has_bindings(self) -> bool:
-        return next(iter(self.table.bindings()), None) is not None
+        return self.table.is_bound()
 
     def route(self, routing_keys: list[str], message: Message, queues: set[Queue]) -> None:
         """Add every queue the message reaches, following exchange bindings once each."""

@@ -313,7 +313,7 @@ class VHost:
             raise errors.AccessRefused("operation not permitted on the default exchange")
         if not source.table.unbind(destination, routing_key, arguments):
             return
-        if not any(b.destination is destination for b in source.table.bindings()):
+        if not source.table.is_bound(destination):
             destination.bound_from.discard(source)
         if self._binding_is_durable(source, destination) and self.definitions is not None:
             self.definitions.unbound(self._binding_def(source, destination, routing_key, arguments))

@@ -107,6 +107,11 @@ class BindingTable(ExchangeType):
         # A list, not a generator, so callers may bind and unbind while they walk it.
         return [binding for known in self._by_destination.values() for binding in known.values()]
 
+    def is_bound(self, destination: Destination | None = None) -> bool:
+        if destination is None:
+            return bool(self._by_destination)
+        return destination in self._by_destination
+
     def remove_destination(self, destination: Destination) -> None:
         for binding_id, binding in self._by_destination.pop(destination, {}).items():
             self._unindex(binding_id, binding)
