@@ -15,6 +15,7 @@ from pamqp import commands
 
 from lavin import errors
 from lavin.amqp import codec
+from lavin.amqp.direct_reply import rewrite_reply_to
 from lavin.api import Message
 from lavin.broker.expiry import message_expiration
 from lavin.broker.queue import NEEDS_SYNC, REJECTED, STORED
@@ -80,6 +81,9 @@ class Channel:
         self.consumer_unacked = 0
         self.consumer_prefetch = 0
         self.global_prefetch = 0
+        # direct reply-to: the consumer tag on the pseudo-queue and this channel's address
+        self.reply_consumer_tag: bytes | None = None
+        self.reply_address: str | None = None
         self._next_tag = 0
         # publish assembly
         self._publish: tuple[str, str, bool] | None = None
@@ -215,6 +219,7 @@ class Channel:
         message = Message(exchange, routing_key, self._properties, body, int(time.time() * 1000))
         try:
             message_expiration(message)  # 406 for an invalid expiration, before anything is stored
+            rewrite_reply_to(message, self.reply_address)
             if self.tx:
                 self.vhost.route(exchange, message)  # fail now for a missing exchange, as RabbitMQ does
                 self._tx_publishes.append((exchange, mandatory, message))
@@ -234,7 +239,8 @@ class Channel:
         for queue in queues:
             status |= queue.publish(message)
         needs_sync = bool(status & NEEDS_SYNC)
-        if not queues and mandatory:
+        routed = bool(queues) or (not exchange and self._deliver_reply(message))
+        if not routed and mandatory:
             self.connection.send(
                 codec.return_frame(self.id, 312, "NO_ROUTE", exchange, message.routing_key)
                 + codec.content_frames(self.id, message.properties, message.body, self.connection.frame_max)
@@ -332,6 +338,34 @@ class Channel:
             + codec.content_frames(self.id, message.properties, message.body, connection.frame_max)
         )
 
+    def _deliver_reply(self, message: Message) -> bool:
+        """A reply to a direct reply-to address: straight to that channel's consumer."""
+        channel = self.connection.broker.replies.channel_for(message.routing_key)
+        if channel is None or channel.reply_consumer_tag is None:
+            return False
+        channel._next_tag += 1
+        connection = channel.connection
+        connection.send(
+            codec.deliver_frame(
+                channel.id, channel.reply_consumer_tag, channel._next_tag, False, message.exchange, message.routing_key
+            )
+            + codec.content_frames(channel.id, message.properties, message.body, connection.frame_max)
+        )
+        return True
+
+    def start_reply_consumer(self, tag: str, no_ack: bool) -> None:
+        if not no_ack:
+            raise errors.PreconditionFailed("reply consumer cannot acknowledge")
+        if self.reply_consumer_tag is not None:
+            raise errors.PreconditionFailed("reply consumer already set")
+        self.reply_consumer_tag = codec.shortstr(tag)
+        self.reply_address = self.connection.broker.replies.register(self)
+
+    def stop_reply_consumer(self) -> None:
+        if self.reply_address is not None:
+            self.connection.broker.replies.unregister(self.reply_address)
+        self.reply_consumer_tag = self.reply_address = None
+
     def get(self, queue: Queue, no_ack: bool) -> None:
         item = queue.get()
         if item is None:
@@ -428,6 +462,9 @@ class Channel:
         consumer.queue.add_consumer(consumer)
 
     def cancel_consumer(self, tag: str) -> None:
+        if self.reply_consumer_tag is not None and self.reply_consumer_tag[1:] == tag.encode():
+            self.stop_reply_consumer()
+            return
         consumer = self.consumers.pop(tag, None)
         if consumer is not None:
             consumer.queue.remove_consumer(consumer)
@@ -460,6 +497,7 @@ class Channel:
 
     def release(self) -> None:
         """Cancel consumers and requeue unacked deliveries (channel or connection closed)."""
+        self.stop_reply_consumer()
         for consumer in list(self.consumers.values()):
             self.consumers.pop(consumer.tag, None)
             consumer.queue.remove_consumer(consumer)

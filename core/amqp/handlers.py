@@ -15,6 +15,7 @@ from pamqp import commands as c
 from lavin import errors
 from lavin.amqp import codec
 from lavin.amqp.channel import Consumer
+from lavin.amqp.direct_reply import PSEUDO_QUEUE
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Channel
@@ -116,6 +117,9 @@ def exchange_unbind(channel: Channel, method: c.Exchange.Unbind) -> None:
 
 
 def queue_declare(channel: Channel, method: c.Queue.Declare) -> None:
+    if method.queue == PSEUDO_QUEUE:
+        _reply(channel, c.Queue.DeclareOk(PSEUDO_QUEUE, 0, 0))  # the pseudo-queue always exists
+        return
     name = method.queue
     if method.passive and not name:
         name = _queue_name(channel, name)
@@ -184,10 +188,15 @@ def basic_qos(channel: Channel, method: c.Basic.Qos) -> None:
 
 
 def basic_consume(channel: Channel, method: c.Basic.Consume) -> None:
-    queue = _queue(channel, method.queue)
     tag = method.consumer_tag or f"amq.ctag-{uuid.uuid4().hex[:22]}"
     if tag in channel.consumers:
         raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+    if method.queue == PSEUDO_QUEUE:
+        channel.start_reply_consumer(tag, bool(method.no_ack))
+        if not method.nowait:
+            _reply(channel, c.Basic.ConsumeOk(consumer_tag=tag))
+        return
+    queue = _queue(channel, method.queue)
     if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
         raise errors.AccessRefused(f"queue '{queue.name}' in vhost '{channel.vhost.name}' in exclusive use")
     consumer = Consumer(channel, queue, tag, bool(method.no_ack), bool(method.exclusive), _args(method.arguments))

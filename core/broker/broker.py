@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from lavin import errors
 from lavin.amqp.connection import Connection
+from lavin.amqp.direct_reply import ReplyRegistry
 from lavin.api import AuthBackend, User
 from lavin.broker.group_commit import GroupCommit, SyncWaiter
 from lavin.broker.vhost import VHost
@@ -30,6 +31,7 @@ class Broker:
         self.connections: set[Connection] = set()
         self.vhosts: dict[str, VHost] = {}
         self.group_commit = GroupCommit(self.loop)
+        self.replies = ReplyRegistry()
         self.auth_backends: list[AuthBackend] = []
         for name in config.auth_backends:
             backend_class = registry.auth_backends.get(name)
