@@ -1,0 +1,45 @@
+# Every target sets up what it needs; a second run skips installs unless inputs changed.
+
+PYTHON ?= python3
+VENV := .venv
+INSTALLED_VENV := .venv-installed
+SOURCES := pyproject.toml README.md $(shell find core plugins -name '*.py' 2>/dev/null)
+ARGS ?=
+
+.PHONY: serve test test-installed clean
+
+serve: $(VENV)/.installed-run
+	$(VENV)/bin/lavin serve $(ARGS)
+
+test: $(VENV)/.installed-test
+	$(VENV)/bin/python -m pytest -q $(ARGS)
+
+# The suite against a regular (non-editable) install, run from inside that venv so the
+# current directory holds no `lavin` and no egg-info: `lavin` can only come from
+# site-packages, which catches modules missing from the wheel.
+test-installed: $(INSTALLED_VENV)/.installed-test
+	cd $(INSTALLED_VENV) && LAVIN_TEST_EXPECT_INSTALLED=1 \
+		$(CURDIR)/$(INSTALLED_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+		-c $(CURDIR)/pyproject.toml --rootdir $(CURDIR) $(CURDIR)/tests $(ARGS)
+
+%/bin/python:
+	$(PYTHON) -m venv $*
+
+# Editable installs only need redoing when the metadata (deps, entry points) changes.
+$(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	touch $@ $(VENV)/.installed-run
+
+# A regular install copies the code, so any source change means reinstalling. build/ is
+# removed first because setuptools would otherwise put stale modules into the wheel.
+$(INSTALLED_VENV)/.installed-test: $(SOURCES) | $(INSTALLED_VENV)/bin/python
+	rm -rf build
+	$(INSTALLED_VENV)/bin/python -m pip install --quiet '.[test]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) $(INSTALLED_VENV) build lavin.egg-info

@@ -1,0 +1,120 @@
+"""The `lavin` command. The only module that imports click."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from lavin import __version__
+from lavin.config import EVENT_LOOPS, LOG_LEVELS, Config, StartupError, resolve_config
+
+PLUGIN_GROUPS = (
+    "lavin.exchanges",
+    "lavin.queues",
+    "lavin.auth",
+    "lavin.plugins",
+    "lavin.shovel.sources",
+    "lavin.shovel.destinations",
+)
+# Values a user set on purpose; anything else may come from the config file.
+EXPLICIT_SOURCES = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+DEFAULTS = Config()
+
+
+@click.group(context_settings={"auto_envvar_prefix": "LAVIN", "show_default": True})
+@click.version_option(__version__, prog_name="lavin")
+def main() -> None:
+    """Lavin, an AMQP 0-9-1 message broker."""
+
+
+@main.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="LAVIN_DATA_DIR",
+    default=DEFAULTS.data_dir,
+    show_envvar=True,
+    help="Where messages and definitions are stored.",
+)
+@click.option(
+    "--bind",
+    envvar="LAVIN_BIND",
+    default=DEFAULTS.bind,
+    show_envvar=True,
+    help="Address the AMQP listener binds to.",
+)
+@click.option(
+    "--amqp-port",
+    type=click.IntRange(0, 65535),
+    envvar="LAVIN_AMQP_PORT",
+    default=DEFAULTS.amqp_port,
+    show_envvar=True,
+    help="AMQP listener port.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="LAVIN_CONFIG",
+    show_envvar=True,
+    help="INI file with [main] and [amqp] sections; flags and env vars override it.",
+)
+@click.option(
+    "--plugin",
+    "plugins",
+    multiple=True,
+    envvar="LAVIN_PLUGIN",
+    show_envvar=True,
+    help="Lifecycle plugin: an entry point in group lavin.plugins or a dotted module path. "
+    "Repeatable; the env var takes a space-separated list.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    envvar="LAVIN_LOG_LEVEL",
+    default=DEFAULTS.log_level,
+    show_envvar=True,
+)
+@click.option(
+    "--loop",
+    type=click.Choice(EVENT_LOOPS),
+    envvar="LAVIN_LOOP",
+    default=DEFAULTS.loop,
+    show_envvar=True,
+    help="Event loop; auto uses uvloop when it is installed.",
+)
+@click.pass_context
+def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> None:
+    """Run the broker until SIGTERM or SIGINT."""
+    explicit = {
+        name: value
+        for name, value in options.items()
+        if ctx.get_parameter_source(name) in EXPLICIT_SOURCES
+    }
+    # Imported here so `lavin --version` and `lavin plugins` stay fast.
+    from lavin.server import serve as run_server
+
+    try:
+        run_server(resolve_config(explicit, config_file))
+    except StartupError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@main.command()
+def plugins() -> None:
+    """List installed plugins, read from package metadata without importing them."""
+    rows = [("GROUP", "NAME", "DISTRIBUTION", "VERSION")]
+    for group in PLUGIN_GROUPS:
+        for entry_point in sorted(entry_points(group=group), key=lambda ep: ep.name):
+            dist = entry_point.dist
+            rows.append(
+                (group, entry_point.name, dist.name if dist else "?", dist.version if dist else "?")
+            )
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)]
+        click.echo("  ".join([*cells, row[3]]))

@@ -1,0 +1,117 @@
+"""The broker process: logging, event loop, data-dir lock, listener, signals, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from lavin.config import Config, StartupError
+from lavin.plugin_registry import Registry, load_registry
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Connections are closed by broker.shutdown(); this only bounds a stuck transport.
+LISTENER_CLOSE_TIMEOUT = 5.0
+
+
+def serve(config: Config) -> None:
+    """Run the broker until SIGTERM or SIGINT, then shut down gracefully."""
+    configure_logging(config.log_level)
+    loop_factory = event_loop_factory(config.loop)
+    with data_dir_lock(config.data_dir):
+        registry = load_registry(config.plugins)
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(run_broker(config, registry))
+    log.info("Stopped")
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The loop factory for asyncio.Runner; None means the default asyncio loop."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise StartupError("--loop uvloop was asked for but uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop
+
+
+@contextmanager
+def data_dir_lock(data_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the data dir: two brokers on one store corrupt it."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StartupError(f"cannot use data dir {data_dir}: {exc}") from exc
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise StartupError(
+                f"data dir {data_dir} is in use by another broker (pid {holder})"
+            ) from None
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the flock
+
+
+async def run_broker(config: Config, registry: Registry) -> None:
+    # Imported here: the broker pulls in the whole protocol stack, which the CLI avoids.
+    from lavin.broker.broker import Broker
+
+    loop = asyncio.get_running_loop()
+    log.info("Lavin starting, data dir %s, event loop %s", config.data_dir, type(loop).__module__)
+    stop_requested = asyncio.Event()
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop_requested.set)
+
+    broker = Broker(config, registry)
+    await broker.start()
+    try:
+        server = await loop.create_server(
+            broker.protocol_factory, config.bind, config.amqp_port, reuse_address=True
+        )
+    except OSError as exc:
+        await broker.shutdown()
+        raise StartupError(f"cannot listen on {config.bind}:{config.amqp_port}: {exc}") from exc
+    for listening_socket in server.sockets:
+        host, port = listening_socket.getsockname()[:2]
+        log.info("Listening on amqp://%s:%s", host, port)
+    registry.hooks.lavin_startup(broker=broker)
+
+    await stop_requested.wait()
+    # A second signal now takes the default action, so a stuck shutdown can be interrupted.
+    for signum in STOP_SIGNALS:
+        loop.remove_signal_handler(signum)
+    log.info("Shutting down")
+    registry.hooks.lavin_shutdown(broker=broker)
+    server.close()
+    await broker.shutdown()
+    try:
+        await asyncio.wait_for(server.wait_closed(), LISTENER_CLOSE_TIMEOUT)
+    except TimeoutError:
+        log.warning("Listener did not close within %s s", LISTENER_CLOSE_TIMEOUT)

@@ -1,0 +1,165 @@
+"""A real broker in a child process, for integration tests.
+
+The child runs `sys.executable -m lavin`, so the tests exercise whichever `lavin` that
+interpreter imports: the source tree in an editable install, site-packages otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+START_TIMEOUT = 15.0
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def hermetic_env() -> dict[str, str]:
+    """The test environment without LAVIN_* variables, which would reconfigure the broker."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("LAVIN_")}
+
+
+def port_accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class BrokerProcess:
+    """One `lavin serve` child process on a fixed loopback port.
+
+    `env` replaces the environment; by default it is the test's own minus LAVIN_* variables.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.extra_args = tuple(extra_args)
+        self.env = dict(env) if env is not None else None
+        self.port = port if port is not None else free_port()
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        # Next to the data dir, so a restart keeps appending to one log.
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker-{self.port}.log"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_file: IO[bytes] | None = None
+
+    @property
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "lavin", "serve",
+            "--data-dir", str(self.data_dir),
+            "--bind", "127.0.0.1",
+            "--amqp-port", str(self.port),
+            "--log-level", "info",
+            *self.extra_args,
+        ]  # fmt: skip
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def output(self) -> str:
+        """Everything the broker logged so far, across restarts."""
+        if self._log_file is not None:
+            self._log_file.flush()
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def start(self) -> None:
+        """Start the broker and return once its AMQP port accepts connections."""
+        if self.running:
+            raise RuntimeError(f"broker on port {self.port} is already running")
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        env = hermetic_env() if self.env is None else dict(self.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap
+        self._process = subprocess.Popen(
+            self.command, stdout=self._log_file, stderr=subprocess.STDOUT, env=env
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while not port_accepts(self.port):
+            code = self._process.poll()
+            if code is not None:
+                self._reap()
+                raise RuntimeError(
+                    f"broker exited with {code} before listening on {self.port}:\n{self.output}"
+                )
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(
+                    f"broker not listening on {self.port} after {START_TIMEOUT}s:\n{self.output}"
+                )
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 10) -> int:
+        """SIGTERM and wait; return the exit code. Kills the process if it hangs."""
+        if self.running:
+            assert self._process is not None
+            self._process.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 10) -> int:
+        """Wait for an exit already under way (a signal sent by the test); return the code.
+
+        Kills the process if it is still running after `timeout`.
+        """
+        process = self._process
+        if process is None:
+            raise RuntimeError("broker was never started")
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RuntimeError(f"broker still running after {timeout}s:\n{self.output}") from None
+        self._reap()
+        return process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._reap()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def _reap(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def __repr__(self) -> str:
+        return f"BrokerProcess(port={self.port}, data_dir={str(self.data_dir)!r}, pid={self.pid})"
+
+
+# The type of the `broker_factory` fixture: (extra_args=(), env=None, data_dir=None) -> started.
+BrokerFactory = Callable[..., BrokerProcess]

@@ -1,0 +1,63 @@
+"""The package list in pyproject.toml is explicit: a folder left out imports fine from an
+editable install but is silently missing from the wheel. These tests catch that."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from importlib.metadata import distribution
+from pathlib import Path
+
+import lavin
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_BASES = {"lavin.exchanges": "ExchangeType", "lavin.queues": "QueueType",
+                "lavin.auth": "AuthBackend"}  # fmt: skip
+
+
+def pyproject() -> dict:
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+
+
+def package_folders(source_root: Path, package: str) -> set[str]:
+    """Dotted names of every folder under source_root that holds .py files."""
+    names = set()
+    for folder in [source_root, *source_root.rglob("*")]:
+        if folder.is_dir() and folder.name != "__pycache__" and any(folder.glob("*.py")):
+            relative = folder.relative_to(source_root).parts
+            names.add(".".join((package, *relative)))
+    return names
+
+
+def test_every_package_folder_is_listed() -> None:
+    setuptools_table = pyproject()["tool"]["setuptools"]
+    listed = set(setuptools_table["packages"])
+    found = set()
+    for package, folder in setuptools_table["package-dir"].items():
+        found |= package_folders(REPO_ROOT / folder, package)
+    assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
+def test_every_entry_point_loads_and_names_match() -> None:
+    from lavin import api
+
+    entry_points = distribution("lavin").entry_points
+    assert entry_points, "the lavin distribution declares no entry points"
+    for entry_point in entry_points:
+        loaded = entry_point.load()
+        base_name = PLUGIN_BASES.get(entry_point.group)
+        if base_name is not None:
+            assert issubclass(loaded, getattr(api, base_name)), entry_point
+            assert loaded.name == entry_point.name, entry_point
+        else:
+            assert callable(loaded), entry_point
+
+
+@pytest.mark.skipif(
+    not os.environ.get("LAVIN_TEST_EXPECT_INSTALLED"), reason="only for `make test-installed`"
+)
+def test_lavin_is_imported_from_site_packages() -> None:
+    package_dir = Path(lavin.__file__).resolve().parent
+    assert not package_dir.is_relative_to(REPO_ROOT / "core"), package_dir
+    assert "site-packages" in package_dir.parts, package_dir
