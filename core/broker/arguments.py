@@ -85,23 +85,26 @@ def check_exchange_equivalence(
     _check_arguments(COMPARED_EXCHANGE_ARGUMENTS, "exchange", exchange.name, vhost, arguments, exchange.arguments)
 
 
+def field_type(value: object) -> str:
+    """The AMQP field type RabbitMQ names in errors (clients send small ints as signedint)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return "longstr"
+
+
 def _typed(value: object) -> str:
     """An argument as RabbitMQ names it in errors: the value and its AMQP field type."""
     if value is None:
         return "none"
-    if isinstance(value, bool):
-        kind = "bool"
-    elif isinstance(value, int):
-        kind = "signedint" if -(2**31) <= value < 2**31 else "long"
-    elif isinstance(value, float):
-        kind = "double"
-    elif isinstance(value, dict):
-        kind = "table"
-    elif isinstance(value, list):
-        kind = "array"
-    else:
-        kind = "longstr"
-    return f"the value '{_describe(value)}' of type '{kind}'"
+    return f"the value '{_describe(value)}' of type '{field_type(value)}'"
 
 
 def _check_arguments(
@@ -133,16 +136,6 @@ class QueueSettings:
     single_active_consumer: bool = False
 
 
-def _amqp_type(value: object) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "long"
-    if isinstance(value, (str, bytes)):
-        return "longstr"
-    return type(value).__name__
-
-
 def parse_queue_settings(queue: str, vhost: str, arguments: dict[str, Any]) -> QueueSettings:
     """Validate the arguments RabbitMQ validates, with its error texts (406)."""
 
@@ -154,7 +147,7 @@ def parse_queue_settings(queue: str, vhost: str, arguments: dict[str, Any]) -> Q
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise invalid(arg, f"{{unacceptable_type,{_amqp_type(value)}}}")
+            raise invalid(arg, f'"expected integer, got {field_type(value)}"')
         if value < minimum:
             raise invalid(arg, f"{{value_negative,{value}}}" if value < 0 else f"{{value_zero,{value}}}")
         return value
@@ -166,22 +159,19 @@ def parse_queue_settings(queue: str, vhost: str, arguments: dict[str, Any]) -> Q
         if isinstance(value, bytes):
             value = value.decode()
         if not isinstance(value, str):
-            raise invalid(arg, f"{{unacceptable_type,{_amqp_type(value)}}}")
+            raise invalid(arg, f"{{unacceptable_type,{field_type(value)}}}")
         return value
 
     overflow = text("x-overflow") or "drop-head"
     if overflow not in OVERFLOW_MODES:
-        raise invalid("x-overflow", f"{{unacceptable_value,<<\"{overflow}\">>}}")
+        raise invalid("x-overflow", "invalid_overflow")
     routing_key = text("x-dead-letter-routing-key")
     exchange = text("x-dead-letter-exchange")
     if routing_key is not None and exchange is None:
-        raise errors.PreconditionFailed(
-            f"invalid arg 'x-dead-letter-routing-key' for queue '{queue}' in vhost '{vhost}': "
-            "Key 'x-dead-letter-exchange' is mandatory if 'x-dead-letter-routing-key' is set"
-        )
+        raise invalid("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
     single_active = arguments.get("x-single-active-consumer", False)
     if not isinstance(single_active, bool):
-        raise invalid("x-single-active-consumer", f"{{unacceptable_type,{_amqp_type(single_active)}}}")
+        raise invalid("x-single-active-consumer", f"{{unacceptable_type,{field_type(single_active)}}}")
     return QueueSettings(
         message_ttl=integer("x-message-ttl", 0),
         expires=integer("x-expires", 1),

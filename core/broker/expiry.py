@@ -26,9 +26,23 @@ def message_expiration(message: Message) -> int | None:
         return None  # malformed properties are refused elsewhere
     if value is None:
         return None
-    if not value.isdigit():
-        raise errors.PreconditionFailed(f"invalid expiration '{value}' for message")
-    return int(value)
+    if value.isdigit():
+        return int(value)
+    problem = _expiration_problem(value)
+    if problem is None:
+        return int(value)
+    raise errors.PreconditionFailed(f"invalid expiration '{value}': {problem}")
+
+
+def _expiration_problem(value: str) -> str | None:
+    """RabbitMQ's reason for refusing an expiration (it parses a leading integer)."""
+    sign = 1 if value.startswith(("+", "-")) else 0
+    digits = len(value) - len(value[sign:].lstrip("0123456789"))
+    if digits == sign:
+        return "no_integer"
+    if digits < len(value):
+        return f'{{leftover_string,"{value[digits:]}"}}'
+    return f"{{value_negative,{int(value)}}}" if int(value) < 0 else None
 
 
 def expires_at(message: Message, queue_ttl: int | None) -> int | None:

@@ -17,6 +17,7 @@ from lavin.broker.arguments import (
     parse_queue_settings,
     queue_type_name,
 )
+from lavin.broker.default_exchange import DefaultExchangeTable
 from lavin.broker.exchange import Exchange
 from lavin.broker.queue import Queue
 from lavin.storage.definitions_store import BindingDef, DefinitionsStore, ExchangeDef, QueueDef
@@ -57,7 +58,11 @@ class VHost:
         (self.data_dir / ".vhost").write_text(self.name)
         shutil.rmtree(self.transient_dir, ignore_errors=True)
         # The default exchange exists for passive declares; routing to it is special-cased.
-        for name, type_name in (("", "direct"), *DEFAULT_EXCHANGES):
+        self.exchanges[""] = Exchange(
+            self, "", "direct", DefaultExchangeTable(self.queues),
+            durable=True, auto_delete=False, internal=False, arguments={},
+        )
+        for name, type_name in DEFAULT_EXCHANGES:
             self._create_exchange(name, type_name, durable=True, auto_delete=False, internal=False, arguments={})
         self.definitions = DefinitionsStore(self.data_dir / "definitions.lavin")
         saved = self.definitions.load()
