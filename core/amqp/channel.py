@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from lavin.broker.vhost import VHost
 
 _ACK_ARGS = struct.Struct(">QB")
+_EXPIRATION_OR_REPLY_TO = 0x03  # flags 0x0100 and 0x0200: the high byte of the flag word
 _HEADER_ARGS = struct.Struct(">HHQ")
 
 # An unacked delivery: the queue, the store's message id, and the consumer (None for basic.get).
@@ -38,7 +39,14 @@ class Consumer:
     )
 
     def __init__(
-        self, channel: Channel, queue: Queue, tag: str, no_ack: bool, exclusive: bool, arguments: dict[str, Any]
+        self,
+        channel: Channel,
+        queue: Queue,
+        tag: str,
+        no_ack: bool,
+        exclusive: bool,
+        arguments: dict[str, Any],
+        priority: int = 0,
     ) -> None:
         self.channel = channel
         self.queue = queue
@@ -49,8 +57,7 @@ class Consumer:
         self.prefetch = channel.consumer_prefetch
         self.unacked = 0
         self.arguments = arguments
-        priority = arguments.get("x-priority", 0)
-        self.priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
+        self.priority = priority
 
     def can_take(self) -> bool:
         channel = self.channel
@@ -216,10 +223,12 @@ class Channel:
         assert publish is not None
         self._publish = None
         exchange, routing_key, mandatory = publish
-        message = Message(exchange, routing_key, self._properties, body, int(time.time() * 1000))
+        properties = self._properties
+        message = Message(exchange, routing_key, properties, body, int(time.time() * 1000))
         try:
-            message_expiration(message)  # 406 for an invalid expiration, before anything is stored
-            rewrite_reply_to(message, self.reply_address)
+            if len(properties) > 1 and properties[0] & _EXPIRATION_OR_REPLY_TO:
+                message_expiration(message)  # 406 for an invalid expiration, before anything is stored
+                rewrite_reply_to(message, self.reply_address)
             if self.tx:
                 self.vhost.route(exchange, message)  # fail now for a missing exchange, as RabbitMQ does
                 self._tx_publishes.append((exchange, mandatory, message))
@@ -327,15 +336,18 @@ class Channel:
         self._next_tag += 1
         tag = self._next_tag
         if consumer.no_ack:
-            queue.ack(message_id)
+            if message_id >= 0:  # -1: handed over without ever being stored
+                queue.ack(message_id)
         else:
             self.unacked[tag] = (queue, message_id, consumer)
             consumer.unacked += 1
             self.consumer_unacked += 1
         connection = self.connection
         connection.send(
-            codec.deliver_frame(self.id, consumer.tag_bytes, tag, redelivered, message.exchange, message.routing_key)
-            + codec.content_frames(self.id, message.properties, message.body, connection.frame_max)
+            codec.deliver_frames(
+                self.id, consumer.tag_bytes, tag, redelivered, message.exchange, message.routing_key,
+                message.properties, message.body, connection.frame_max,
+            )
         )
 
     def _deliver_reply(self, message: Message) -> bool:
@@ -346,10 +358,10 @@ class Channel:
         channel._next_tag += 1
         connection = channel.connection
         connection.send(
-            codec.deliver_frame(
-                channel.id, channel.reply_consumer_tag, channel._next_tag, False, message.exchange, message.routing_key
+            codec.deliver_frames(
+                channel.id, channel.reply_consumer_tag, channel._next_tag, False, message.exchange,
+                message.routing_key, message.properties, message.body, connection.frame_max,
             )
-            + codec.content_frames(channel.id, message.properties, message.body, connection.frame_max)
         )
         return True
 

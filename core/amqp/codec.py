@@ -45,11 +45,23 @@ def method_frame(channel: int, method: PamqpMethod) -> bytes:
     return pamqp_frame.marshal(method, channel)
 
 
+_shortstr_cache: dict[str, bytes] = {}
+_SHORTSTR_CACHE_MAX = 4096
+
+
 def shortstr(value: str) -> bytes:
+    """Length-prefixed UTF-8; exchange names and routing keys repeat, so they are cached."""
+    encoded = _shortstr_cache.get(value)
+    if encoded is not None:
+        return encoded
     data = value.encode()
     if len(data) > 255:
         raise ValueError("short string longer than 255 bytes")
-    return bytes((len(data),)) + data
+    encoded = bytes((len(data),)) + data
+    if len(_shortstr_cache) >= _SHORTSTR_CACHE_MAX:
+        _shortstr_cache.clear()
+    _shortstr_cache[value] = encoded
+    return encoded
 
 
 def content_frames(channel: int, properties: bytes, body: bytes, frame_max: int) -> bytes:
@@ -69,20 +81,52 @@ def content_frames(channel: int, properties: bytes, body: bytes, frame_max: int)
     return b"".join(parts)
 
 
-def deliver_frame(
-    channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool, exchange: str, routing_key: str
+def deliver_frames(
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: str,
+    routing_key: str,
+    properties: bytes,
+    body: bytes,
+    frame_max: int,
 ) -> bytes:
-    """basic.deliver; consumer_tag is the pre-encoded shortstr."""
-    tail = b"".join(
+    """basic.deliver plus its content, as one bytes; consumer_tag is the encoded shortstr."""
+    exchange_bytes = shortstr(exchange)
+    routing_key_bytes = shortstr(routing_key)
+    size = len(body)
+    method_size = 13 + len(consumer_tag) + len(exchange_bytes) + len(routing_key_bytes)
+    if size and size <= frame_max - FRAME_OVERHEAD:
+        return b"".join(
+            (
+                FRAME_HEAD.pack(FRAME_METHOD, channel, method_size),
+                BASIC_DELIVER_ID,
+                consumer_tag,
+                DELIVER_TAIL.pack(delivery_tag, redelivered),
+                exchange_bytes,
+                routing_key_bytes,
+                FRAME_END,
+                HEADER_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties), BASIC_CLASS, 0, size),
+                properties,
+                FRAME_END,
+                FRAME_HEAD.pack(FRAME_BODY, channel, size),
+                body,
+                FRAME_END,
+            )
+        )
+    return b"".join(
         (
+            FRAME_HEAD.pack(FRAME_METHOD, channel, method_size),
             BASIC_DELIVER_ID,
             consumer_tag,
             DELIVER_TAIL.pack(delivery_tag, redelivered),
-            shortstr(exchange),
-            shortstr(routing_key),
+            exchange_bytes,
+            routing_key_bytes,
+            FRAME_END,
+            content_frames(channel, properties, body, frame_max),
         )
     )
-    return b"".join((FRAME_HEAD.pack(FRAME_METHOD, channel, len(tail)), tail, FRAME_END))
 
 
 def get_ok_frame(

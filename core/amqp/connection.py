@@ -105,16 +105,23 @@ class Connection(asyncio.Protocol):
             channel.resume_deliveries()
 
     def data_received(self, data: bytes) -> None:
-        buffer = self.buffer
-        buffer += data
         self._received_since_tick = True
+        buffer = self.buffer
+        if buffer:  # the tail of a frame from the last read
+            buffer += data
+            data = bytes(buffer)
+            buffer.clear()
         if self.state == AWAIT_HEADER:
-            if len(buffer) < 8:
+            if len(data) < 8:
+                buffer += data
                 return
-            if not self._check_protocol_header():
+            if not self._check_protocol_header(data[:8]):
                 return
+            data = data[8:]
         try:
-            self._parse_frames()
+            consumed = self._parse_frames(data)
+            if consumed < len(data):
+                buffer += memoryview(data)[consumed:]
             self._after_batch()
         except errors.AMQPError as exc:
             self.close_with_error(exc)
@@ -124,9 +131,7 @@ class Connection(asyncio.Protocol):
 
     # ---- parsing -------------------------------------------------------------------------
 
-    def _check_protocol_header(self) -> bool:
-        header = bytes(self.buffer[:8])
-        del self.buffer[:8]
+    def _check_protocol_header(self, header: bytes) -> bool:
         if header != codec.PROTOCOL_HEADER:
             # The spec's answer to a header we don't speak: ours, then close.
             self.transport.write(codec.PROTOCOL_HEADER)  # type: ignore[union-attr]
@@ -137,27 +142,31 @@ class Connection(asyncio.Protocol):
         self.state = AWAIT_START_OK
         return True
 
-    def _parse_frames(self) -> None:
-        buffer = self.buffer
+    def _parse_frames(self, data: bytes) -> int:
+        """Dispatch every complete frame in `data`; return how many bytes they took."""
         offset = 0
-        end = len(buffer)
+        end = len(data)
         frame_max = self.frame_max
         unpack_head = codec.FRAME_HEAD.unpack_from
-        try:
-            while end - offset >= 7 and self.state != CLOSED:
-                frame_type, channel_id, size = unpack_head(buffer, offset)
-                if size + 8 > frame_max:
-                    raise _frame_error(frame_type, buffer, offset, f"{{frame_too_large,{size},{frame_max - 8}}}")
-                frame_end = offset + 7 + size
-                if frame_end >= end:
-                    break
-                if buffer[frame_end] != 0xCE:
-                    raise _frame_error(frame_type, buffer, offset, f"{{invalid_frame_end_marker,{buffer[frame_end]}}}")
-                payload = bytes(buffer[offset + 7 : frame_end])
-                offset = frame_end + 1
-                self._dispatch(frame_type, channel_id, payload)
-        finally:
-            del buffer[:offset]
+        channels = self.channels
+        while end - offset >= 7 and self.state != CLOSED:
+            frame_type, channel_id, size = unpack_head(data, offset)
+            if size + 8 > frame_max:
+                raise _frame_error(frame_type, data, offset, f"{{frame_too_large,{size},{frame_max - 8}}}")
+            frame_end = offset + 7 + size
+            if frame_end >= end:
+                break
+            if data[frame_end] != 0xCE:
+                raise _frame_error(frame_type, data, offset, f"{{invalid_frame_end_marker,{data[frame_end]}}}")
+            payload = data[offset + 7 : frame_end]
+            offset = frame_end + 1
+            if frame_type == 3 and self.state == OPEN:  # body frames: the bulk of all traffic
+                channel = channels.get(channel_id)
+                if channel is not None:
+                    channel.on_body(payload)
+                    continue
+            self._dispatch(frame_type, channel_id, payload)
+        return offset
 
     def _dispatch(self, frame_type: int, channel_id: int, payload: bytes) -> None:
         if self.state == CLOSING:
@@ -452,6 +461,6 @@ def _negotiate(field: str, client_value: int, minimum: int, server_value: int) -
     return client_value
 
 
-def _frame_error(frame_type: int, buffer: bytearray, offset: int, reason: str) -> errors.FrameError:
+def _frame_error(frame_type: int, data: bytes, offset: int, reason: str) -> errors.FrameError:
     """RabbitMQ's FRAME_ERROR text: the frame type, its first octets, the reason."""
-    return errors.FrameError(f"type {frame_type}, first 16 octets = {bytes(buffer[offset : offset + 16])!r}: {reason}")
+    return errors.FrameError(f"type {frame_type}, first 16 octets = {data[offset : offset + 16]!r}: {reason}")

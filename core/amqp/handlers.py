@@ -16,6 +16,7 @@ from lavin import errors
 from lavin.amqp import codec
 from lavin.amqp.channel import Consumer
 from lavin.amqp.direct_reply import PSEUDO_QUEUE
+from lavin.broker.arguments import parse_consumer_priority
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Channel
@@ -199,7 +200,9 @@ def basic_consume(channel: Channel, method: c.Basic.Consume) -> None:
     queue = _queue(channel, method.queue)
     if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
         raise errors.AccessRefused(f"queue '{queue.name}' in vhost '{channel.vhost.name}' in exclusive use")
-    consumer = Consumer(channel, queue, tag, bool(method.no_ack), bool(method.exclusive), _args(method.arguments))
+    arguments = _args(method.arguments)
+    priority = parse_consumer_priority(queue.name, channel.vhost.name, arguments)
+    consumer = Consumer(channel, queue, tag, bool(method.no_ack), bool(method.exclusive), arguments, priority)
     if not method.nowait:
         _reply(channel, c.Basic.ConsumeOk(consumer_tag=tag))
     channel.add_consumer(consumer)

@@ -183,3 +183,19 @@ def parse_queue_settings(queue: str, vhost: str, arguments: dict[str, Any]) -> Q
         delivery_limit=integer("x-delivery-limit", 0),
         single_active_consumer=single_active,
     )
+
+
+def parse_consumer_priority(queue: str, vhost: str, arguments: dict[str, Any]) -> int:
+    """basic.consume arguments RabbitMQ checks: `x-priority` (int) and
+    `x-cancel-on-ha-failover` (bool, accepted and otherwise ignored)."""
+
+    def invalid(arg: str, reason: str) -> errors.PreconditionFailed:
+        return errors.PreconditionFailed(f"invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}': {reason}")
+
+    priority = arguments.get("x-priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise invalid("x-priority", f'"expected integer, got {field_type(priority)}"')
+    failover = arguments.get("x-cancel-on-ha-failover", False)
+    if not isinstance(failover, bool):
+        raise invalid("x-cancel-on-ha-failover", f"{{unacceptable_type,{field_type(failover)}}}")
+    return priority

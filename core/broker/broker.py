@@ -14,7 +14,6 @@ from lavin.broker.group_commit import GroupCommit, SyncWaiter
 from lavin.broker.vhost import VHost
 
 if TYPE_CHECKING:
-    from lavin.broker.queue import Queue
     from lavin.config import Config
     from lavin.plugin_registry import Registry
 
@@ -79,9 +78,6 @@ class Broker:
         raise errors.ConnectionAccessRefused(
             f"Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
         )
-
-    def mark_dirty(self, queue: Queue) -> None:
-        self.group_commit.mark_dirty(queue)
 
     def wait_for_sync(self, waiter: SyncWaiter) -> None:
         self.group_commit.wait_for_sync(waiter)

@@ -76,8 +76,7 @@ def _record_death(
     deaths = [dict(d) for d in headers.get("x-death") or [] if isinstance(d, dict)]
     for index, death in enumerate(deaths):
         if death.get("queue") == queue and death.get("reason") == reason:
-            death["count"] = int(death.get("count", 0)) + 1
-            death["time"] = _now()
+            death["count"] = int(death.get("count", 0)) + 1  # `time` stays that of the first death
             deaths.insert(0, deaths.pop(index))
             return deaths
     death: dict[str, Any] = {

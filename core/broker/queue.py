@@ -55,6 +55,7 @@ class Queue:
     ) -> None:
         self.vhost = vhost
         self.loop = vhost.broker.loop
+        self._mark_dirty = vhost.broker.group_commit.mark_dirty
         self.name = name
         self.store = store
         self.settings = settings
@@ -104,19 +105,22 @@ class Queue:
                 dead_letter(self, message, "maxlen")
             return REJECTED
         store = self.store
+        consumer = self._next_consumer() if self.consumers and not len(store) else None
+        if consumer is not None and consumer.no_ack:
+            # Nobody can ask for it back: it need not be stored at all.
+            consumer.deliver(self, -1, message, False)
+            return STORED
         message_id = store.push(message)
-        self.vhost.broker.mark_dirty(self)
+        self._mark_dirty(self)
         status = NEEDS_SYNC if self.durable and message.persistent else STORED
         due = self._due(message)
+        if consumer is not None:
+            store.skip(message_id)
+            if due is not None:
+                self._expiry.add(message_id, due, taken=True)
+            consumer.deliver(self, message_id, message, False)
+            return status
         if self.consumers:
-            if len(store) == 1:
-                consumer = self._next_consumer()
-                if consumer is not None:
-                    store.skip(message_id)
-                    if due is not None:
-                        self._expiry.add(message_id, due, taken=True)
-                    consumer.deliver(self, message_id, message, False)
-                    return status
             self.schedule_drain()
         if due is not None:
             self._expiry.add(message_id, due, taken=False)
@@ -268,7 +272,7 @@ class Queue:
         if self.deleted:
             return
         self.store.ack(message_id)
-        self.vhost.broker.mark_dirty(self)
+        self._mark_dirty(self)
         if self._expiry:
             self._expiry.acked(message_id)
         if self._delivery_counts is not None:
@@ -305,7 +309,7 @@ class Queue:
 
     def purge(self) -> int:
         count = self.store.purge()
-        self.vhost.broker.mark_dirty(self)
+        self._mark_dirty(self)
         return count
 
     # ---- expiry --------------------------------------------------------------------------
@@ -352,7 +356,7 @@ class Queue:
 
     def _discard_removed(self, message_id: int, message: Message) -> None:
         dead_letter(self, message, "expired")
-        self.vhost.broker.mark_dirty(self)
+        self._mark_dirty(self)
         if self._delivery_counts is not None:
             self._delivery_counts.forget(message_id)
 
