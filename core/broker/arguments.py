@@ -33,13 +33,13 @@ COMPARED_EXCHANGE_ARGUMENTS = ("alternate-exchange",)
 
 
 def queue_type_name(arguments: dict[str, Any]) -> str:
-    """`x-queue-type`, else `priority` when `x-max-priority` is set, else `classic`."""
+    """`x-queue-type` (default `classic`); a classic queue with `x-max-priority` is `priority`."""
     explicit = arguments.get("x-queue-type")
-    if explicit is not None:
-        return explicit.decode() if isinstance(explicit, bytes) else str(explicit)
-    if arguments.get("x-max-priority") is not None:
+    name = "classic" if explicit is None else explicit.decode() if isinstance(explicit, bytes) else str(explicit)
+    # In RabbitMQ a classic queue with x-max-priority is a priority queue.
+    if name == "classic" and arguments.get("x-max-priority") is not None:
         return "priority"
-    return "classic"
+    return name
 
 
 def _describe(value: object) -> str:

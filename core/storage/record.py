@@ -62,23 +62,41 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def is_persistent(properties: bytes) -> bool:
-    """delivery_mode == 2, found by skipping the three fields before it.
+# Bits of the property flag word's first byte. Message.persistent and Message.props decode
+# every property; the readers below run for each stored message and allocate nothing.
+_CONTENT_TYPE, _CONTENT_ENCODING, _HEADERS, _DELIVERY_MODE, _PRIORITY = 0x80, 0x40, 0x20, 0x10, 0x08
+_SIZED_FIELDS = _CONTENT_TYPE | _CONTENT_ENCODING | _HEADERS
 
-    Message.persistent decodes every property; this runs for each stored message and
-    allocates nothing.
-    """
-    if len(properties) < 3 or not properties[0] & 0x10:  # no delivery_mode
-        return False
+
+def _after_sized_fields(properties: bytes) -> int:
+    """Offset of delivery_mode, just past content_type, content_encoding and headers."""
     flags = properties[0]
     offset = 2
-    if flags & 0x80:  # content_type
+    if flags & _CONTENT_TYPE:
         offset += 1 + properties[offset]
-    if flags & 0x40:  # content_encoding
+    if flags & _CONTENT_ENCODING:
         offset += 1 + properties[offset]
-    if flags & 0x20:  # headers
+    if flags & _HEADERS:
         offset += 4 + _WIRE_U32.unpack_from(properties, offset)[0]
+    return offset
+
+
+def is_persistent(properties: bytes) -> bool:
+    """delivery_mode == 2, found by skipping the fields before it."""
+    if len(properties) < 3 or not properties[0] & _DELIVERY_MODE:
+        return False
+    offset = _after_sized_fields(properties) if properties[0] & _SIZED_FIELDS else 2
     return offset < len(properties) and properties[offset] == 2
+
+
+def message_priority(properties: bytes) -> int:
+    """The priority property, 0 when absent, found by skipping the fields before it."""
+    if len(properties) < 3 or not properties[0] & _PRIORITY:
+        return 0
+    offset = _after_sized_fields(properties) if properties[0] & _SIZED_FIELDS else 2
+    if properties[0] & _DELIVERY_MODE:
+        offset += 1
+    return properties[offset] if offset < len(properties) else 0
 
 
 def append_record(

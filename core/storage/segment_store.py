@@ -3,6 +3,8 @@
 Ready messages are not held in memory. A cursor walks the segments in publish order; ids
 handed back with `requeue` sit in a min-heap and come out before the cursor's next one.
 A message id is `segment_id << 32 | byte_position`, so ids sort in publish order.
+Only the ready messages that `remove` dropped out of turn are remembered one by one, until
+the cursor or the heap reaches them.
 docs/storage.md describes the files, the recovery rules and the group-commit contract.
 """
 
@@ -128,7 +130,10 @@ class SegmentStore:
         "_random_reader",
         "_ready",
         "_ready_bytes",
+        "_removed_ahead",
+        "_removed_requeued",
         "_requeued",
+        "_requeued_ready",
         "_retired_fds",
         "_segments",
         "_skip_index",
@@ -153,8 +158,11 @@ class SegmentStore:
         self._write_dirty = False  # persistent records in the write segment since the last flush
         self._cursor_reader = _ReadAhead()
         self._random_reader = _ReadAhead()
-        self._requeued: list[int] = []  # heap of ids before the cursor
-        self._ready = 0  # requeued ids plus unread records past the cursor
+        self._requeued: list[int] = []  # heap of ids before the cursor; its top is never removed
+        self._removed_requeued: set[int] = set()  # ids in the heap that `remove` dropped
+        self._requeued_ready = 0  # ids in the heap not removed
+        self._removed_ahead: list[int] = []  # heap of ids past the cursor that `remove` dropped
+        self._ready = 0  # live requeued ids plus unread records past the cursor
         self._ready_bytes = 0
         self._last_push_id = -1
         self._last_push_end = 0
@@ -220,6 +228,9 @@ class SegmentStore:
         """Remove the next ready message: (id, message, redelivered), or None."""
         if self._requeued:
             message_id = heappop(self._requeued)
+            if self._removed_requeued:
+                self._drop_removed_requeued()
+            self._requeued_ready -= 1
             message = self.read(message_id)
             self._ready -= 1
             self._ready_bytes -= len(message.body)
@@ -234,18 +245,51 @@ class SegmentStore:
         self._ready_bytes -= len(message.body)
         return message_id, message, False
 
+    def peek(self) -> tuple[int, Message, bool] | None:
+        """What `take` would return next, left in place."""
+        if self._requeued:
+            message_id = self._requeued[0]
+            return message_id, self.read(message_id), True
+        if not self._ready:
+            return None
+        buffer, offset, _ = self._peek()
+        return self._cursor_id, decode_record(buffer, offset), False
+
+    def remove(self, message_id: int) -> None:
+        """Drop a ready message wherever it waits, as if it was taken and acked.
+
+        The id must be ready: the store does not search its heap to check.
+        """
+        segment = self._segments[message_id >> 32]
+        position = message_id & _POSITION_MASK
+        buffer, offset, _ = self._locate(segment, position, self._random_reader)
+        self._ready_bytes -= body_size(buffer, offset)
+        self._ready -= 1
+        if message_id < self._cursor_id:  # behind the cursor only requeued ids are ready
+            self._requeued_ready -= 1
+            self._removed_requeued.add(message_id)
+            self._drop_removed_requeued()
+        else:
+            heappush(self._removed_ahead, message_id)
+            if segment is self._cursor and (self._next_skip == _NO_SKIP or position < self._next_skip):
+                self._next_skip = position
+        self.ack(message_id)
+
     def skip(self, message_id: int) -> None:
         """Mark the next ready message taken without reading it: the core delivered it
         straight from `push`. Raises ValueError for any other id."""
-        if message_id == self._last_push_id and self._ready - len(self._requeued) == 1:
+        if message_id == self._last_push_id and self._ready - self._requeued_ready == 1:
             # The only message past the cursor is the one just pushed: jump behind it.
+            if self._removed_ahead:
+                self._removed_ahead.clear()  # all of them lie between the cursor and this message
+                self._next_skip = _NO_SKIP
             if self._cursor is not self._write:
                 self._move_cursor(self._write)
             self._cursor_id = self._last_push_end
             self._ready -= 1
             self._ready_bytes -= self._last_push_body_size
             return
-        if self._ready == len(self._requeued):
+        if self._ready == self._requeued_ready:
             raise ValueError(f"message {message_id:#x} is not next in line: none is")
         buffer, offset, size = self._peek()
         if message_id != self._cursor_id:
@@ -274,6 +318,7 @@ class SegmentStore:
             buffer, offset, _ = self._locate(segment, position, self._random_reader)
             self._ready_bytes += body_size(buffer, offset)
             self._ready += 1
+            self._requeued_ready += 1
             heappush(self._requeued, message_id)
 
     def read(self, message_id: int) -> Message:
@@ -295,13 +340,16 @@ class SegmentStore:
         if self._write_end > FILE_HEADER_SIZE:
             self._roll()  # now every ready record lies in a segment that may be deleted
         later = [segment for segment in self._segments.values() if segment.id > self._cursor.id]
-        unread_in_cursor_segment = count - len(self._requeued) - sum(s.live for s in later)
-        to_ack = self._requeued
+        removed = self._removed_requeued
+        unread_in_cursor_segment = count - self._requeued_ready - sum(s.live for s in later)
+        to_ack = [message_id for message_id in self._requeued if message_id not in removed]
         for _ in range(unread_in_cursor_segment):
             size = self._peek()[2]
             to_ack.append(self._cursor_id)
             self._advance(size)
         self._requeued = []
+        removed.clear()
+        self._requeued_ready = 0
         self._ready = self._ready_bytes = 0
         self._move_cursor(self._write)
         for segment in later:
@@ -384,13 +432,15 @@ class SegmentStore:
             located = self._locate(self._cursor, position, self._cursor_reader)
             if position != self._next_skip:
                 return located
-            cursor = self._cursor
-            self._skip_index += 1
-            if self._skip_index < len(cursor.skip):
-                self._next_skip = cursor.skip[self._skip_index]
+            removed = self._removed_ahead
+            if removed and removed[0] == self._cursor_id:
+                heappop(removed)
             else:
-                self._next_skip = _NO_SKIP
-                cursor.skip = array("I")  # the cursor never comes back: free the list
+                self._skip_index += 1
+                if self._skip_index == len(self._cursor.skip):
+                    self._cursor.skip = array("I")  # the cursor never comes back: free the list
+                    self._skip_index = 0
+            self._find_next_skip()
             self._advance(located[2])
 
     def _advance(self, size: int) -> None:
@@ -403,7 +453,27 @@ class SegmentStore:
         self._cursor = segment
         self._cursor_id = segment.base | FILE_HEADER_SIZE
         self._skip_index = 0
-        self._next_skip = segment.skip[0] if segment.skip else _NO_SKIP
+        removed = self._removed_ahead
+        while removed and removed[0] < segment.base:  # in segments deleted as fully acked
+            heappop(removed)
+        self._find_next_skip()
+
+    def _find_next_skip(self) -> None:
+        """The cursor segment's next position to pass over: skipped at recovery or removed."""
+        skip = self._cursor.skip
+        next_skip = skip[self._skip_index] if self._skip_index < len(skip) else _NO_SKIP
+        removed = self._removed_ahead
+        if removed and removed[0] >> 32 == self._cursor.id:
+            position = removed[0] & _POSITION_MASK
+            if next_skip == _NO_SKIP or position < next_skip:
+                next_skip = position
+        self._next_skip = next_skip
+
+    def _drop_removed_requeued(self) -> None:
+        """Pop removed ids off the heap's top, so that its top is always ready."""
+        requeued, removed = self._requeued, self._removed_requeued
+        while requeued and requeued[0] in removed:
+            removed.discard(heappop(requeued))
 
     def _segment_after(self, segment: _Segment) -> _Segment:
         return self._segments[min(i for i in self._segments if i > segment.id)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lavin.message import Message, encode_properties
-from lavin.storage.record import is_persistent
+from lavin.storage.record import is_persistent, message_priority
 from lavin.storage.segment_store import SegmentStore
 
 PERSISTENT = encode_properties({"delivery_mode": 2})
@@ -367,6 +367,14 @@ def test_is_persistent_reads_delivery_mode_behind_other_properties() -> None:
     assert not is_persistent(b"")
 
 
+def test_message_priority_reads_the_priority_behind_other_properties() -> None:
+    props = {"content_type": "a/b", "content_encoding": "gzip", "headers": {"k": "v" * 300}}
+    assert message_priority(encode_properties({**props, "delivery_mode": 2, "priority": 7, "reply_to": "r"})) == 7
+    assert message_priority(encode_properties({"priority": 255})) == 255
+    assert message_priority(encode_properties({**props, "delivery_mode": 2})) == 0
+    assert message_priority(b"") == 0
+
+
 class Model:
     """What a queue should hold, kept the simple way: every id in a list."""
 
@@ -393,7 +401,7 @@ def test_random_operations_match_a_simple_model(tmp_path: Path) -> None:
     model = Model()
     for _ in range(20_000):
         op = rng.random()
-        if op < 0.35:
+        if op < 0.33:
             body = b"b" * rng.randrange(0, 100)
             persistent = rng.random() < 0.5
             message_id = store.push(message(body, persistent))
@@ -405,7 +413,7 @@ def test_random_operations_match_a_simple_model(tmp_path: Path) -> None:
                 model.taken.append(message_id)
             else:
                 model.ready.append(message_id)
-        elif op < 0.65:
+        elif op < 0.58:
             item = store.take()
             redelivered = bool(model.requeued)
             if model.requeued:
@@ -419,13 +427,29 @@ def test_random_operations_match_a_simple_model(tmp_path: Path) -> None:
             assert item is not None and (item[0], item[2]) == (expected, redelivered)
             assert len(item[1].body) == model.sizes[expected]
             model.taken.append(expected)
-        elif op < 0.85 and model.taken:
+        elif op < 0.76 and model.taken:
             store.ack(model.taken.pop(rng.randrange(len(model.taken))))
-        elif op < 0.95 and model.taken:
+        elif op < 0.85 and model.taken:
             count = rng.randrange(1, len(model.taken) + 1)
             batch = [model.taken.pop(rng.randrange(len(model.taken))) for _ in range(count)]
             store.requeue(batch)
             model.requeued.extend(batch)
+        elif op < 0.91 and (model.ready or model.requeued):
+            index = rng.randrange(len(model.ready) + len(model.requeued))
+            if index < len(model.ready):
+                removed = model.ready[index]
+                del model.ready[index]
+            else:
+                removed = model.requeued.pop(index - len(model.ready))
+            store.remove(removed)
+        elif op < 0.945:
+            peeked = store.peek()
+            if model.requeued:
+                assert peeked is not None and (peeked[0], peeked[2]) == (min(model.requeued), True)
+            elif model.ready:
+                assert peeked is not None and (peeked[0], peeked[2]) == (model.ready[0], False)
+            else:
+                assert peeked is None
         elif op < 0.955:
             assert store.purge() == len(model.ready) + len(model.requeued)
             model.ready.clear()
