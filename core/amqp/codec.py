@@ -98,23 +98,17 @@ def deliver_frames(
     size = len(body)
     method_size = 13 + len(consumer_tag) + len(exchange_bytes) + len(routing_key_bytes)
     if size and size <= frame_max - FRAME_OVERHEAD:
-        return b"".join(
-            (
-                FRAME_HEAD.pack(FRAME_METHOD, channel, method_size),
-                BASIC_DELIVER_ID,
-                consumer_tag,
-                DELIVER_TAIL.pack(delivery_tag, redelivered),
-                exchange_bytes,
-                routing_key_bytes,
-                FRAME_END,
-                HEADER_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties), BASIC_CLASS, 0, size),
-                properties,
-                FRAME_END,
-                FRAME_HEAD.pack(FRAME_BODY, channel, size),
-                body,
-                FRAME_END,
-            )
+        # The common case spelled out: one join builds all three frames.
+        content: tuple[bytes, ...] = (
+            HEADER_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties), BASIC_CLASS, 0, size),
+            properties,
+            FRAME_END,
+            FRAME_HEAD.pack(FRAME_BODY, channel, size),
+            body,
+            FRAME_END,
         )
+    else:
+        content = (content_frames(channel, properties, body, frame_max),)
     return b"".join(
         (
             FRAME_HEAD.pack(FRAME_METHOD, channel, method_size),
@@ -124,7 +118,7 @@ def deliver_frames(
             exchange_bytes,
             routing_key_bytes,
             FRAME_END,
-            content_frames(channel, properties, body, frame_max),
+            *content,
         )
     )
 

@@ -96,22 +96,22 @@ def exchange_delete(channel: Channel, method: c.Exchange.Delete) -> None:
         _reply(channel, c.Exchange.DeleteOk())
 
 
-def exchange_bind(channel: Channel, method: c.Exchange.Bind) -> None:
+def _exchange_binding(channel: Channel, method: c.Exchange.Bind | c.Exchange.Unbind, bind: bool) -> None:
     vhost = channel.vhost
     destination = vhost.get_exchange(method.destination)
     source = vhost.get_exchange(method.source)
-    vhost.bind(source, destination, method.routing_key, _args(method.arguments))
+    change = vhost.bind if bind else vhost.unbind
+    change(source, destination, method.routing_key, _args(method.arguments))
     if not method.nowait:
-        _reply(channel, c.Exchange.BindOk())
+        _reply(channel, c.Exchange.BindOk() if bind else c.Exchange.UnbindOk())
+
+
+def exchange_bind(channel: Channel, method: c.Exchange.Bind) -> None:
+    _exchange_binding(channel, method, bind=True)
 
 
 def exchange_unbind(channel: Channel, method: c.Exchange.Unbind) -> None:
-    vhost = channel.vhost
-    destination = vhost.get_exchange(method.destination)
-    source = vhost.get_exchange(method.source)
-    vhost.unbind(source, destination, method.routing_key, _args(method.arguments))
-    if not method.nowait:
-        _reply(channel, c.Exchange.UnbindOk())
+    _exchange_binding(channel, method, bind=False)
 
 
 # ---- queues ----------------------------------------------------------------------------
