@@ -73,7 +73,7 @@ def content_frames(channel: int, properties: bytes, body: bytes, frame_max: int)
         if not size:
             return b"".join((head, properties, FRAME_END))
         return b"".join((head, properties, FRAME_END, FRAME_HEAD.pack(FRAME_BODY, channel, size), body, FRAME_END))
-    parts = [head, properties, FRAME_END]
+    parts: list[bytes | memoryview] = [head, properties, FRAME_END]
     view = memoryview(body)
     for start in range(0, size, chunk):
         piece = view[start : start + chunk]
@@ -158,8 +158,8 @@ def decode_method(payload: bytes) -> PamqpMethod:
     Raises KeyError for an unknown method and ValueError for malformed arguments.
     """
     (index,) = METHOD_ID.unpack_from(payload, 0)
-    method_class = commands.INDEX_MAPPING[index]
-    method = method_class.__new__(method_class)
+    method_class: type[PamqpMethod] = commands.INDEX_MAPPING[index]
+    method = object.__new__(method_class)  # unmarshal sets every field
     try:
         method.unmarshal(payload[4:])
     except (struct.error, IndexError, UnicodeDecodeError, TypeError) as exc:

@@ -76,11 +76,13 @@ class Connection(asyncio.Protocol):
     # ---- transport callbacks -------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        peername = transport.get_extra_info("peername") or ("", 0)
+        # A stream transport; uvloop's does not subclass asyncio.Transport, so no isinstance.
+        stream: asyncio.Transport = transport  # type: ignore[assignment]
+        self.transport = stream
+        peername = stream.get_extra_info("peername") or ("", 0)
         self.peer_host = str(peername[0])
         self.peer = f"{peername[0]}:{peername[1]}"
-        transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
+        stream.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
         self.broker.connections.add(self)
         # A client that never finishes the handshake must not hold a socket forever.
         self._close_timer = self.loop.call_later(10.0, self._handshake_timeout)
@@ -225,7 +227,7 @@ class Connection(asyncio.Protocol):
 
     def _connection_method(self, payload: bytes) -> None:
         method = self._decode(payload)
-        expected = {
+        expected: type[Any] | None = {
             AWAIT_START_OK: commands.Connection.StartOk,
             AWAIT_TUNE_OK: commands.Connection.TuneOk,
             AWAIT_OPEN: commands.Connection.Open,
@@ -260,7 +262,7 @@ class Connection(asyncio.Protocol):
                 "platform": f"Python {platform.python_version()}",
                 "information": "An AMQP 0-9-1 broker",
                 "cluster_name": self.broker.config.bind,
-                "capabilities": SERVER_CAPABILITIES,
+                "capabilities": SERVER_CAPABILITIES,  # type: ignore[dict-item]
             },
             mechanisms="PLAIN AMQPLAIN",
             locales="en_US",
