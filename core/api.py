@@ -196,7 +196,8 @@ class InvalidArgument(PreconditionFailed):
         self.reason = reason
 
 
-_DURATION_UNIT_MS = {"Y": 365 * 86_400_000, "M": 30 * 86_400_000, "D": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000}
+_DAY_MS = 86_400_000
+_DURATION_UNIT_MS = {"Y": 365 * _DAY_MS, "M": 30 * _DAY_MS, "D": _DAY_MS, "h": 3_600_000, "m": 60_000, "s": 1000}
 
 
 def parse_duration(text: str) -> int | None:
@@ -325,6 +326,7 @@ __all__ = [
     "StreamStore",
     "StreamType",
     "User",
+    "destination_identity",
     "field_type",
     "fsync_directory",
     "hookimpl",

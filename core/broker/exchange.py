@@ -1,18 +1,29 @@
 """The core exchange: flags, arguments and the routing walk over its type plugin.
 
 The plugin (`self.table`) only maps a routing key to destinations; following
-exchange-to-exchange bindings, CC/BCC and alternate exchanges happens here.
+exchange-to-exchange bindings, CC/BCC, alternate exchanges and holding delayed messages
+happen here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import hashlib
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+from lavin import errors
 from lavin.api import ExchangeType, Message
+from lavin.broker.deduplication import MessageCache
+from lavin.broker.delayed_store import DelayedMessages
 from lavin.broker.queue import Queue
 
 if TYPE_CHECKING:
     from lavin.broker.vhost import VHost
+
+# Where a routed message is stored: a queue, the hold of a delayed exchange, or the memory
+# of a deduplicating one. Each takes it with `publish(message)`, answering like Queue.publish.
+Target: TypeAlias = Queue | DelayedMessages | MessageCache
+
+_HEADERS_FLAG = 0x20  # in the first byte of the property flags
 
 
 class Exchange:
@@ -37,6 +48,12 @@ class Exchange:
         self.internal = internal
         self.arguments = arguments
         self.bound_from: set[Exchange] = set()  # exchanges with a binding to this one
+        self.deduplication = MessageCache.from_arguments(arguments)
+        self.delayed: DelayedMessages | None = None
+        if table.delays_messages:
+            parent = vhost.data_dir if durable else vhost.transient_dir
+            path = parent / "delayed" / hashlib.sha1(name.encode()).hexdigest()
+            self.delayed = DelayedMessages(self, path, durable)
 
     def __repr__(self) -> str:
         return f"<Exchange {self.name!r} {self.type_name}>"
@@ -44,34 +61,117 @@ class Exchange:
     def has_bindings(self) -> bool:
         return self.table.is_bound()
 
-    def route(self, routing_keys: list[str], message: Message, queues: set[Queue]) -> None:
-        """Add every queue the message reaches, following exchange bindings once each."""
-        visited: set[Exchange] = {self}
-        self._collect(routing_keys, message, queues, visited)
-        if not queues:
-            self._route_alternate(routing_keys, message, queues, visited)
+    def publish_targets(self, message: Message) -> set[Target] | tuple[Target, ...]:
+        """Where a message published to this exchange goes; 406 for a malformed CC or BCC.
+
+        Nothing changes but the BCC header until the targets' `publish` is called.
+        """
+        properties = message.properties
+        if len(properties) < 2 or not properties[0] & _HEADERS_FLAG:
+            # The common case: no headers, so no CC, BCC, x-delay or deduplication value.
+            reached: set[Target] = set()
+            self.route([message.routing_key], message, reached)
+            return reached
+        cache = self.deduplication
+        value = cache.value_of(message) if cache is not None else None
+        if cache is None or value is None:
+            return self._targets(message)
+        if cache.is_duplicate(value):
+            return ()
+        targets = self._targets(message)
+        # Only a message that went somewhere is remembered.
+        return (*targets, cache) if targets else targets
+
+    def publish_now(self, message: Message) -> None:
+        """Route and store a message no client waits for (a delayed one, due now); it was
+        checked for duplicates when it was published."""
+        for target in self._targets(message):
+            target.publish(message)
+
+    def _targets(self, message: Message) -> set[Target] | tuple[Target, ...]:
+        routing_keys = routing_keys_of(message)
+        delayed = self.delayed
+        if delayed is not None and delayed.holds(message):
+            return (delayed,)  # held whole, BCC included, until its delay is over
+        strip_bcc(message)
+        targets: set[Target] = set()
+        self.route(routing_keys, message, targets)
+        return targets
+
+    def route(self, routing_keys: list[str], message: Message, targets: set[Target]) -> None:
+        """Add every target the message reaches from here. Each exchange on the way is
+        visited once, so loops of exchange bindings and alternate exchanges end."""
+        self._collect(routing_keys, message, targets, {self})
 
     def _collect(
-        self, routing_keys: list[str], message: Message, queues: set[Queue], visited: set[Exchange]
+        self, routing_keys: list[str], message: Message, targets: set[Target], visited: set[Exchange]
     ) -> None:
+        delayed = self.delayed
+        if delayed is not None and delayed.holds(message):
+            targets.add(delayed)
+            return
+        routed = False
         for routing_key in routing_keys:
             for destination in self.table.route(routing_key, message):
-                if destination.__class__ is Queue:
-                    queues.add(destination)  # type: ignore[arg-type]
+                routed = True
+                if destination.__class__ is not Exchange:  # a queue, of whatever class
+                    targets.add(destination)  # type: ignore[arg-type]
                 elif destination not in visited:
                     visited.add(destination)  # type: ignore[arg-type]
-                    destination._collect(routing_keys, message, queues, visited)  # type: ignore[attr-defined]
+                    destination._collect(routing_keys, message, targets, visited)  # type: ignore[attr-defined]
+        if not routed:
+            # As in RabbitMQ: an exchange whose own bindings match nothing hands the message
+            # to its alternate exchange, wherever it sits on the way.
+            alternate = self._alternate()
+            if alternate is not None and alternate not in visited:
+                visited.add(alternate)
+                alternate._collect(routing_keys, message, targets, visited)
 
-    def _route_alternate(
-        self, routing_keys: list[str], message: Message, queues: set[Queue], visited: set[Exchange]
-    ) -> None:
+    def _alternate(self) -> Exchange | None:
         name = self.arguments.get("alternate-exchange")
-        if not isinstance(name, str):
-            return
-        alternate = self.vhost.exchanges.get(name)
-        if alternate is None or alternate in visited:
-            return
-        visited.add(alternate)
-        alternate._collect(routing_keys, message, queues, visited)
-        if not queues:
-            alternate._route_alternate(routing_keys, message, queues, visited)
+        return self.vhost.exchanges.get(name) if isinstance(name, str) else None
+
+    def close(self) -> None:
+        """The broker stops: held messages of a durable exchange stay for the next start."""
+        if self.delayed is not None:
+            if self.durable:
+                self.delayed.close()
+            else:
+                self.delayed.delete()
+
+    def delete(self) -> None:
+        """The exchange is deleted: its held messages go with it."""
+        if self.delayed is not None:
+            self.delayed.delete()
+
+
+def routing_keys_of(message: Message) -> list[str]:
+    """The routing key plus the CC and BCC keys (sender-selected distribution).
+
+    Raises 406 when CC or BCC is not an array of strings; leaves the message unchanged.
+    """
+    if len(message.properties) < 2 or not message.properties[0] & _HEADERS_FLAG:
+        return [message.routing_key]
+    headers = message.headers
+    if "CC" not in headers and "BCC" not in headers:
+        return [message.routing_key]
+    keys = [message.routing_key]
+    for name in ("CC", "BCC"):
+        value = headers.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(k, (str, bytes)) for k in value):
+            raise errors.PreconditionFailed(f"invalid {name} header: expected an array of strings")
+        keys.extend(k.decode() if isinstance(k, bytes) else k for k in value)
+    return keys
+
+
+def strip_bcc(message: Message) -> None:
+    """Remove the BCC header, which no receiver may see."""
+    if len(message.properties) < 2 or not message.properties[0] & _HEADERS_FLAG:
+        return
+    headers = message.headers
+    if "BCC" in headers:
+        props = dict(message.props)
+        props["headers"] = {key: value for key, value in headers.items() if key != "BCC"}
+        message.replace_properties(props)

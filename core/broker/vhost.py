@@ -10,16 +10,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lavin import errors
-from lavin.api import Message
+from lavin.api import InvalidArgument, Message, StreamType
 from lavin.broker.arguments import (
+    QueueSettings,
     check_exchange_equivalence,
     check_queue_equivalence,
     parse_queue_settings,
     queue_type_name,
 )
 from lavin.broker.default_exchange import DefaultExchangeTable
-from lavin.broker.exchange import Exchange
+from lavin.broker.exchange import Exchange, Target
 from lavin.broker.queue import Queue
+from lavin.broker.stream_queue import StreamQueue, check_stream_declaration
 from lavin.storage.definitions_store import BindingDef, DefinitionsStore, ExchangeDef, QueueDef
 
 if TYPE_CHECKING:
@@ -105,6 +107,8 @@ class VHost:
         self._bind(source, destination, binding.routing_key, dict(binding.arguments), persist=False)
 
     def close(self) -> None:
+        for exchange in self.exchanges.values():
+            exchange.close()
         for queue in list(self.queues.values()):
             if queue.store.durable:
                 queue.close()
@@ -164,8 +168,9 @@ class VHost:
         exchange_type = self.broker.registry.exchange_types.get(type_name)
         if exchange_type is None:
             raise errors.CommandInvalid(f"invalid exchange type '{type_name}'")
+        table = exchange_type.create(arguments, self.broker.registry.exchange_types)
         exchange = Exchange(
-            self, name, type_name, exchange_type(arguments),
+            self, name, type_name, table,
             durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments,
         )
         self.exchanges[name] = exchange
@@ -185,6 +190,7 @@ class VHost:
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
+        exchange.delete()
         for binding in list(exchange.table.bindings()):
             destination = binding.destination
             if isinstance(destination, (Queue, Exchange)):
@@ -256,18 +262,32 @@ class VHost:
         self, name: str, *, durable: bool, exclusive_owner: Connection | None, auto_delete: bool,
         arguments: dict[str, Any],
     ) -> Queue:
-        settings = parse_queue_settings(name, self.name, arguments)
         type_name = queue_type_name(arguments)
         queue_type = self.broker.registry.queue_types.get(type_name)
+        queue_class: type[Queue] = Queue
+        if queue_type is not None and issubclass(queue_type, StreamType):
+            check_stream_declaration(
+                name, self.name, durable=durable, exclusive=exclusive_owner is not None, auto_delete=auto_delete,
+                arguments=arguments,
+            )
+            settings = QueueSettings()  # a stream's limits are retention, which its store applies
+            queue_class = StreamQueue
+        else:
+            settings = parse_queue_settings(name, self.name, arguments)
         if queue_type is None:
             raise errors.PreconditionFailed(f"unknown queue type '{type_name}' for queue '{name}'")
         persistent = durable and exclusive_owner is None
         parent = self.data_dir if persistent else self.transient_dir
         path = parent / hashlib.sha1(name.encode()).hexdigest()
-        store = queue_type(path, arguments, persistent)
+        try:
+            store = queue_type(path, arguments, persistent)
+        except InvalidArgument as exc:
+            raise errors.PreconditionFailed(
+                f"invalid arg '{exc.argument}' for queue '{name}' in vhost '{self.name}': {exc.reason}"
+            ) from None
         if persistent:
             (path / ".queue").write_text(name)
-        queue = Queue(
+        queue = queue_class(
             self, name, store, settings, durable=durable, exclusive_owner=exclusive_owner,
             auto_delete=auto_delete, arguments=arguments,
         )
@@ -340,9 +360,11 @@ class VHost:
 
     # ---- publishing ----------------------------------------------------------------------
 
-    def route(self, exchange_name: str, message: Message) -> set[Queue] | tuple[Queue, ...]:
-        """The queues a message goes to; raises 404/403 for a missing or internal exchange."""
-        if exchange_name == "":
+    def route(self, exchange_name: str, message: Message) -> set[Target] | tuple[Target, ...]:
+        """Where a message goes, to be stored there with `publish`; raises 404/403 for a
+        missing or internal exchange."""
+        if exchange_name == "" and (len(message.properties) < 2 or not message.properties[0] & 0x20):
+            # The common case, without headers and so without CC or BCC, skips the walk.
             queue = self.queues.get(message.routing_key)
             return (queue,) if queue is not None else ()
         exchange = self.exchanges.get(exchange_name)
@@ -350,28 +372,4 @@ class VHost:
             raise errors.NotFound(f"no exchange '{exchange_name}' in vhost '{self.name}'")
         if exchange.internal:
             raise errors.AccessRefused(f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.name}'")
-        queues: set[Queue] = set()
-        exchange.route(routing_keys_of(message), message, queues)
-        return queues
-
-
-def routing_keys_of(message: Message) -> list[str]:
-    """The routing key plus CC and BCC keys (sender-selected distribution); BCC is removed."""
-    if len(message.properties) < 2 or not message.properties[0] & 0x20:
-        return [message.routing_key]
-    headers = message.headers
-    if "CC" not in headers and "BCC" not in headers:
-        return [message.routing_key]
-    keys = [message.routing_key]
-    for name in ("CC", "BCC"):
-        value = headers.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, list) or not all(isinstance(k, (str, bytes)) for k in value):
-            raise errors.PreconditionFailed(f"invalid {name} header: expected an array of strings")
-        keys.extend(k.decode() if isinstance(k, bytes) else k for k in value)
-    if "BCC" in headers:
-        props = dict(message.props)
-        props["headers"] = {k: v for k, v in headers.items() if k != "BCC"}
-        message.replace_properties(props)
-    return keys
+        return exchange.publish_targets(message)
