@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pika
 import pytest
 from broker_process import BrokerProcess
 from helpers import (
@@ -9,6 +10,7 @@ from helpers import (
     closes_channel,
     declare_ok,
     drain,
+    get_message,
     get_messages,
     message_count,
     numbered,
@@ -141,3 +143,18 @@ def test_tx_select_on_a_confirm_channel_is_precondition_failed(broker: BrokerPro
         amqp.channel.confirm_delivery()
         with closes_channel(406, "PRECONDITION_FAILED - cannot switch from confirm to tx mode"):
             amqp.channel.tx_select()
+
+
+def test_bcc_recipients_of_a_transactional_publish_get_it_at_commit(broker: BrokerProcess) -> None:
+    with open_session(broker.url) as amqp:
+        exchange = amqp.declare_exchange("direct")
+        to_queue, bcc_queue = amqp.declare_queue(), amqp.declare_queue()
+        amqp.channel.queue_bind(to_queue, exchange, "to")
+        amqp.channel.queue_bind(bcc_queue, exchange, "hidden")
+        amqp.channel.tx_select()
+        amqp.channel.basic_publish(exchange, "to", b"m", pika.BasicProperties(headers={"BCC": ["hidden"]}))
+        amqp.channel.tx_commit()
+        for queue in (to_queue, bcc_queue):
+            message = get_message(amqp.channel, queue, auto_ack=True)
+            assert message is not None and message.body == b"m"
+            assert "BCC" not in (message.properties.headers or {})

@@ -367,9 +367,13 @@ class VHost:
             # The common case, without headers and so without CC or BCC, skips the walk.
             queue = self.queues.get(message.routing_key)
             return (queue,) if queue is not None else ()
-        exchange = self.exchanges.get(exchange_name)
+        return self.publishable_exchange(exchange_name).publish_targets(message)
+
+    def publishable_exchange(self, name: str) -> Exchange:
+        """The exchange a client may publish to; 404 when missing, 403 when internal."""
+        exchange = self.exchanges.get(name)
         if exchange is None:
-            raise errors.NotFound(f"no exchange '{exchange_name}' in vhost '{self.name}'")
+            raise errors.NotFound(f"no exchange '{name}' in vhost '{self.name}'")
         if exchange.internal:
-            raise errors.AccessRefused(f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.name}'")
-        return exchange.publish_targets(message)
+            raise errors.AccessRefused(f"cannot publish to internal exchange '{name}' in vhost '{self.name}'")
+        return exchange
