@@ -44,7 +44,7 @@ def destination_identity(destination: Destination) -> tuple[str, str]:
     order its destinations the same way before and after a restart, whatever order the
     bindings came in.
     """
-    return destination.name, type(destination).__name__.lower()  # type: ignore[attr-defined]
+    return destination.name, destination.kind  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ _HEADERS_FLAG = 0x20  # in the first byte of the property flags
 
 
 class Exchange:
+    kind = "exchange"  # as a routing destination (lavin.api.destination_identity)
+
     def __init__(
         self,
         vhost: VHost,

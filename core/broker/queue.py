@@ -41,6 +41,8 @@ def now_ms() -> int:
 class Queue:
     """A queue in a vhost."""
 
+    kind = "queue"  # as a routing destination (lavin.api.destination_identity)
+
     def __init__(
         self,
         vhost: VHost,
