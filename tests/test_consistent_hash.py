@@ -63,6 +63,7 @@ class Queue:
     """Stands in for the core queue: destinations are ordered by name and kind."""
 
     name: str
+    kind: str = "queue"
 
 
 def table_with(weights: dict[str, int]) -> ConsistentHashExchange:
