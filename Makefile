@@ -3,10 +3,10 @@
 PYTHON ?= python3
 VENV := .venv
 INSTALLED_VENV := .venv-installed
-SOURCES := pyproject.toml README.md $(shell find core plugins -name '*.py' 2>/dev/null)
+SOURCES := pyproject.toml README.md $(shell find core plugins spark bench -name '*.py' 2>/dev/null)
 ARGS ?=
 
-.PHONY: serve test test-installed clean
+.PHONY: serve test test-installed bench compare clean
 
 serve: $(VENV)/.installed-run
 	$(VENV)/bin/lavin serve $(ARGS)
@@ -22,6 +22,15 @@ test-installed: $(INSTALLED_VENV)/.installed-test
 		$(CURDIR)/$(INSTALLED_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 		-c $(CURDIR)/pyproject.toml --rootdir $(CURDIR) $(CURDIR)/tests $(ARGS)
 
+# Micro-benchmarks of the hot paths, bench/test_*.py (`make test` collects only tests/).
+bench: $(VENV)/.installed-bench
+	$(VENV)/bin/python -m pytest bench -q --benchmark-only --benchmark-sort=name \
+		--benchmark-columns=median,iqr,ops,rounds $(ARGS)
+
+# The same lavin-perf scenarios against Lavin and a private RabbitMQ; see docs/benchmarks.md.
+compare: $(VENV)/.installed-run
+	bench/compare $(ARGS)
+
 %/bin/python:
 	$(PYTHON) -m venv $*
 
@@ -29,6 +38,10 @@ test-installed: $(INSTALLED_VENV)/.installed-test
 $(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/python -m pip install --quiet -e .
 	touch $@
+
+$(VENV)/.installed-bench: pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --quiet -e '.[bench]'
+	touch $@ $(VENV)/.installed-run
 
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/python -m pip install --quiet -e '.[test]'

@@ -1,0 +1,1 @@
+"""Benchmarks: the `lavin-perf` load generator, broker comparisons and micro-benchmarks."""

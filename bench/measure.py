@@ -1,0 +1,73 @@
+"""What the load generator measures besides messages: CPU time, memory, latency spread."""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Sequence
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """User plus system CPU time of this process so far (microsecond resolution)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of another process (all its threads), from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        # The command name may hold spaces and parentheses: split after its closing one.
+        fields = stat.read().rsplit(")", 1)[1].split()
+    # utime and stime are fields 14 and 15 of the file, 12 and 13 after the name.
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def process_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+class BrokerCpu:
+    """The broker's CPU time across a measured stretch; a no-op without a pid."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self._start = 0.0
+        self.seconds = 0.0
+
+    def start(self) -> None:
+        if self.pid is not None:
+            self._start = process_cpu_seconds(self.pid)
+
+    def stop(self) -> None:
+        if self.pid is not None:
+            self.seconds = process_cpu_seconds(self.pid) - self._start
+
+    def micros_per(self, operations: int) -> float | None:
+        if self.pid is None or operations <= 0:
+            return None
+        return self.seconds * 1e6 / operations
+
+
+def percentiles_ms(samples_ns: Sequence[int]) -> dict[str, float]:
+    """p50/p95/p99/max (nearest rank) and the mean, in milliseconds."""
+    if not samples_ns:
+        return {}
+    ordered = sorted(samples_ns)
+    last = len(ordered) - 1
+
+    def rank(fraction: float) -> float:
+        return ordered[min(last, int(fraction * len(ordered)))] / 1e6
+
+    return {
+        "p50": rank(0.50),
+        "p95": rank(0.95),
+        "p99": rank(0.99),
+        "max": ordered[last] / 1e6,
+        "mean": sum(ordered) / len(ordered) / 1e6,
+    }

@@ -1,0 +1,224 @@
+"""`lavin-perf`: an AMQP 0-9-1 load generator for Lavin, RabbitMQ or any other broker.
+
+    lavin-perf throughput --duration 10 --verify
+    lavin-perf latency --rate 1000 --broker-pid "$(pgrep -f 'lavin serve')"
+    lavin-perf connections --count 1000 --broker-pid 1234 --json
+
+See docs/benchmarks.md for every scenario and what its numbers mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from lavin.bench.load import WorkerFailed
+from lavin.bench.scan import CLOCK_STAMP, SEQUENCE_STAMP
+from lavin.bench.scenarios import consume_only, idle_connections, message_flow, queue_churn
+from lavin.bench.wire import DEFAULT_URI, BrokerAddress, ServerClosed
+from lavin.bench.workers import LoadSpec, Stamp
+
+BUSY_WORKER_PCT = 90.0  # above this the generator may be what limits the rate
+
+
+def _common_options() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--uri", default=DEFAULT_URI, help=f"broker to load (default {DEFAULT_URI})")
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    parser.add_argument(
+        "--broker-pid", type=int, help="the broker's process id: report its CPU time (and RSS) from /proc"
+    )
+    return parser
+
+
+def _message_options() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-s", "--size", type=int, default=16, help="body size in bytes (default 16)")
+    parser.add_argument("-p", "--persistent", action="store_true", help="persistent messages, durable queue")
+    parser.add_argument("-u", "--queue", default="perf-test", help="queue name; declared, purged and deleted")
+    parser.add_argument("-e", "--exchange", default="", help="publish through this exchange (direct, declared)")
+    parser.add_argument("-k", "--routing-key", help="binding and routing key (default: the queue name)")
+    parser.add_argument("-c", "--confirm", type=int, default=0, metavar="WINDOW",
+                        help="publisher confirms with at most WINDOW unconfirmed (default off)")  # fmt: skip
+    return parser
+
+
+def _consumer_options() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-a", "--autoack", action="store_true", help="no-ack consumers (default: manual acks)")
+    parser.add_argument("-P", "--prefetch", type=int, default=1000, help="prefetch for manual acks (default 1000)")
+    return parser
+
+
+def _parallel_options(producers: bool, consumers: bool) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    if producers:
+        parser.add_argument("-x", "--producers", type=int, default=1, help="producer processes (default 1)")
+    if consumers:
+        parser.add_argument("-y", "--consumers", type=int, default=1, help="consumer processes (default 1)")
+    return parser
+
+
+def _timed_options(default_rate: float) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-z", "--duration", type=float, default=10.0, help="seconds to publish (default 10)")
+    parser.add_argument("-r", "--rate", type=float, default=default_rate,
+                        help=f"total publish rate limit in msg/s, 0 = none (default {default_rate:g})")  # fmt: skip
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lavin-perf", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="scenario", required=True, metavar="SCENARIO")
+    common, message, consumer = _common_options(), _message_options(), _consumer_options()
+
+    throughput = commands.add_parser(
+        "throughput",
+        parents=[common, message, consumer, _parallel_options(True, True), _timed_options(0)],
+        help="producers and consumers on one queue",
+    )
+    throughput.add_argument("-C", "--count", type=int, default=0,
+                            help="messages per producer instead of --duration")  # fmt: skip
+    throughput.add_argument("-V", "--verify", action="store_true",
+                            help="count lost, duplicated and out-of-order messages")  # fmt: skip
+
+    publish_only = commands.add_parser(
+        "publish-only", parents=[common, message, _parallel_options(True, False), _timed_options(0)],
+        help="producers only; the queue fills up",
+    )  # fmt: skip
+    publish_only.add_argument("-C", "--count", type=int, default=0, help="messages per producer instead of --duration")
+
+    consume_only_parser = commands.add_parser(
+        "consume-only", parents=[common, message, consumer, _parallel_options(True, True)],
+        help="preload a queue, then time how fast consumers drain it",
+    )  # fmt: skip
+    consume_only_parser.add_argument("-C", "--count", type=int, default=100_000,
+                                     help="messages to preload (default 100000)")  # fmt: skip
+
+    commands.add_parser(
+        "latency", parents=[common, message, consumer, _timed_options(1000)],
+        help="publish-to-delivery latency percentiles at a fixed rate, 1 producer and 1 consumer",
+    )  # fmt: skip
+
+    connections = commands.add_parser("connections", parents=[common],
+                                      help="open idle connections; the broker's RSS per connection")  # fmt: skip
+    connections.add_argument("-C", "--count", type=int, default=1000, help="connections (default 1000)")
+
+    churn = commands.add_parser("queue-churn", parents=[common], help="declare+bind, then delete, non-durable queues")
+    churn.add_argument("-C", "--count", type=int, default=1000, help="queues (default 1000)")
+    return parser
+
+
+def load_spec(args: argparse.Namespace, stamp: Stamp, producers: int) -> LoadSpec:
+    rate = getattr(args, "rate", 0.0)
+    return LoadSpec(
+        address=BrokerAddress.from_uri(args.uri),
+        queue=args.queue,
+        exchange=args.exchange,
+        routing_key=args.routing_key or args.queue,
+        size=args.size,
+        persistent=args.persistent,
+        confirm=args.confirm,
+        rate=rate / producers if rate else 0.0,
+        count=getattr(args, "count", 0),
+        autoack=getattr(args, "autoack", True),
+        prefetch=getattr(args, "prefetch", 0),
+        stamp=stamp,
+    )
+
+
+def run_scenario(args: argparse.Namespace) -> dict[str, Any]:
+    progress = None if args.json else sys.stderr
+    scenario = args.scenario
+    if scenario == "connections":
+        return idle_connections(BrokerAddress.from_uri(args.uri), args.count, args.broker_pid)
+    if scenario == "queue-churn":
+        return queue_churn(BrokerAddress.from_uri(args.uri), args.count, args.broker_pid)
+    if scenario == "consume-only":
+        spec = load_spec(args, Stamp.NONE, args.producers)
+        return consume_only(spec, args.producers, args.consumers, args.count, args.broker_pid, progress)
+    if scenario == "latency":
+        spec = load_spec(args, Stamp.CLOCK, 1)
+        return message_flow(spec, 1, 1, args.duration, args.broker_pid, progress)
+    consumers = args.consumers if scenario == "throughput" else 0
+    stamp = Stamp.SEQUENCE if getattr(args, "verify", False) else Stamp.NONE
+    spec = load_spec(args, stamp, args.producers)
+    duration = 0.0 if spec.count else args.duration
+    return message_flow(spec, args.producers, consumers, duration, args.broker_pid, progress)
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.scenario == "connections" and args.broker_pid is None:
+        parser.error("connections needs --broker-pid to read the broker's RSS")
+    for name in ("producers", "consumers"):
+        if getattr(args, name, 1) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if getattr(args, "count", 0) < 0:
+        parser.error("--count must not be negative")
+    if getattr(args, "verify", False) and args.size < SEQUENCE_STAMP.size:
+        parser.error(f"--verify needs --size of at least {SEQUENCE_STAMP.size}")
+    if args.scenario == "latency" and args.size < CLOCK_STAMP.size:
+        parser.error(f"latency needs --size of at least {CLOCK_STAMP.size}")
+    if args.scenario == "latency" and args.rate <= 0:
+        parser.error("latency needs a --rate")
+
+
+def _flatten(result: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    lines: list[tuple[str, Any]] = []
+    for key, value in result.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            lines += _flatten(value, f"{name}.")
+        else:
+            lines.append((name, value))
+    return lines
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return str(value)
+
+
+def print_text(scenario: str, result: dict[str, Any]) -> None:
+    lines = _flatten(result)
+    width = max(len(name) for name, _ in lines)
+    print(scenario)
+    for name, value in lines:
+        print(f"  {name:<{width}}  {_format(value)}")
+    busiest = result.get("generator_cpu", {}).get("busiest_worker_pct", 0.0)
+    if busiest > BUSY_WORKER_PCT:
+        print(f"  note: a lavin-perf worker used {busiest:.0f}% of a core; the generator may be the limit")
+
+
+def problems(result: dict[str, Any]) -> int:
+    """Messages lost, duplicated or out of order (0 when not verifying)."""
+    return sum(result.get("verify", {}).values())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    try:
+        result = run_scenario(args)
+    except (OSError, ServerClosed, WorkerFailed) as exc:  # TimeoutError and ConnectionError are OSErrors
+        print(f"lavin-perf: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        settings = {key: value for key, value in vars(args).items() if key not in ("json", "uri", "scenario")}
+        print(json.dumps({"scenario": args.scenario, "settings": settings, **result}))
+    else:
+        print_text(args.scenario, result)
+    return 1 if problems(result) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

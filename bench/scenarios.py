@@ -1,0 +1,185 @@
+"""The `lavin-perf` scenarios. Each returns a flat-ish dict of results (also the JSON output)."""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import time
+from dataclasses import replace
+from functools import partial
+from typing import Any, TextIO
+
+from pamqp import commands
+
+from lavin.bench.load import run_load
+from lavin.bench.measure import BrokerCpu, own_cpu_seconds, process_rss_kib
+from lavin.bench.wire import AmqpSocket, BrokerAddress, close_all
+from lavin.bench.workers import LoadSpec, Stamp
+
+CONNECT_BATCH = 100  # connections whose handshakes advance together
+SETTLE_SECONDS = 1.0  # after opening connections, before reading the broker's RSS
+CHANNEL = 1
+
+
+def _owns_exchange(spec: LoadSpec) -> bool:
+    return bool(spec.exchange) and not spec.exchange.startswith("amq.")
+
+
+def declare_queue(spec: LoadSpec) -> None:
+    """Declare the run's queue (durable when messages are persistent), bind it, empty it."""
+    connection = AmqpSocket.open(spec.address)
+    try:
+        connection.open_channel(CHANNEL)
+        declare = commands.Queue.Declare(queue=spec.queue, durable=spec.persistent)
+        connection.call(CHANNEL, declare, commands.Queue.DeclareOk)
+        if _owns_exchange(spec):
+            exchange = commands.Exchange.Declare(
+                exchange=spec.exchange, exchange_type="direct", durable=spec.persistent
+            )
+            connection.call(CHANNEL, exchange, commands.Exchange.DeclareOk)
+        if spec.exchange:
+            bind = commands.Queue.Bind(queue=spec.queue, exchange=spec.exchange, routing_key=spec.routing_key)
+            connection.call(CHANNEL, bind, commands.Queue.BindOk)
+        connection.call(CHANNEL, commands.Queue.Purge(queue=spec.queue), commands.Queue.PurgeOk)
+    finally:
+        connection.close()
+
+
+def delete_queue(spec: LoadSpec) -> None:
+    """Remove what `declare_queue` made, so runs do not leave messages behind for the next."""
+    connection = AmqpSocket.open(spec.address)
+    try:
+        connection.open_channel(CHANNEL)
+        connection.call(CHANNEL, commands.Queue.Delete(queue=spec.queue), commands.Queue.DeleteOk)
+        if _owns_exchange(spec):
+            connection.call(CHANNEL, commands.Exchange.Delete(exchange=spec.exchange), commands.Exchange.DeleteOk)
+    finally:
+        connection.close()
+
+
+def message_flow(
+    spec: LoadSpec,
+    producers: int,
+    consumers: int,
+    duration: float,
+    broker_pid: int | None,
+    progress: TextIO | None,
+) -> dict[str, Any]:
+    """throughput, publish-only and latency: publish for a while (or a count) and consume.
+
+    Verification and counted runs wait for every message to arrive; timed runs stop both sides
+    at the deadline.
+    """
+    declare_queue(spec)
+    drain = spec.stamp is Stamp.SEQUENCE or spec.count > 0
+    result = run_load(
+        spec, producers, consumers, duration=duration, drain=drain, broker_pid=broker_pid, progress=progress
+    )
+    delete_queue(spec)
+    return result
+
+
+def consume_only(
+    spec: LoadSpec, producers: int, consumers: int, preload: int, broker_pid: int | None, progress: TextIO | None
+) -> dict[str, Any]:
+    """Fill the queue with `preload` messages, then time how fast consumers drain it."""
+    declare_queue(spec)
+    per_producer = math.ceil(preload / producers)
+    filled = run_load(
+        replace(spec, count=per_producer, rate=0), producers, 0, duration=0, drain=False, progress=progress
+    )
+    result = run_load(
+        spec,
+        0,
+        consumers,
+        duration=0,
+        drain=True,
+        expected=filled["published"],
+        broker_pid=broker_pid,
+        progress=progress,
+    )
+    delete_queue(spec)
+    return {"preloaded": filled["published"], "preload_rate": filled["publish_rate"], **result}
+
+
+def _raise_file_limit(needed: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        ceiling = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+
+
+def idle_connections(address: BrokerAddress, count: int, broker_pid: int) -> dict[str, Any]:
+    """Open `count` connections with one channel each; the broker's RSS growth per connection."""
+    _raise_file_limit(count + 64)
+    rss_before = process_rss_kib(broker_pid)
+    broker_cpu = BrokerCpu(broker_pid)
+    broker_cpu.start()
+    cpu_before = own_cpu_seconds()
+    started = time.monotonic()
+    opened: list[AmqpSocket] = []
+    try:
+        for first in range(0, count, CONNECT_BATCH):
+            group = [AmqpSocket(address) for _ in range(min(CONNECT_BATCH, count - first))]
+            opened += group
+            steps = [
+                (
+                    *connection.handshake_steps(),
+                    partial(connection.send_method, CHANNEL, commands.Channel.Open()),
+                    partial(connection.expect, CHANNEL, commands.Channel.OpenOk),
+                )
+                for connection in group
+            ]
+            for stage in zip(*steps, strict=True):
+                for step in stage:
+                    step()
+        open_seconds = time.monotonic() - started
+        generator_cpu = own_cpu_seconds() - cpu_before
+        time.sleep(SETTLE_SECONDS)
+        rss_after = process_rss_kib(broker_pid)
+        broker_cpu.stop()
+    finally:
+        close_all(opened)
+    return {
+        "connections": count,
+        "open_rate": count / open_seconds,
+        "broker_rss_kib_before": rss_before,
+        "broker_rss_kib_after": rss_after,
+        "broker_rss_kib_per_connection": (rss_after - rss_before) / count,
+        "broker_cpu_us_per_connection": broker_cpu.micros_per(count),
+        "generator_cpu_s": generator_cpu,
+    }
+
+
+def queue_churn(address: BrokerAddress, count: int, broker_pid: int | None) -> dict[str, Any]:
+    """Declare and bind `count` non-durable queues one round trip at a time, then delete them."""
+    connection = AmqpSocket.open(address)
+    names = [f"lavin-perf-churn-{os.getpid()}-{index}" for index in range(count)]
+    broker_cpu = BrokerCpu(broker_pid)
+    try:
+        connection.open_channel(CHANNEL)
+        broker_cpu.start()
+        cpu_before = own_cpu_seconds()
+        started = time.monotonic()
+        for name in names:
+            connection.call(CHANNEL, commands.Queue.Declare(queue=name), commands.Queue.DeclareOk)
+            bind = commands.Queue.Bind(queue=name, exchange="amq.direct", routing_key=name)
+            connection.call(CHANNEL, bind, commands.Queue.BindOk)
+        declared = time.monotonic()
+        for name in names:
+            connection.call(CHANNEL, commands.Queue.Delete(queue=name), commands.Queue.DeleteOk)
+        deleted = time.monotonic()
+        generator_cpu = own_cpu_seconds() - cpu_before
+        broker_cpu.stop()
+    finally:
+        connection.close()
+    result: dict[str, Any] = {
+        "queues": count,
+        "declare_bind_rate": count / (declared - started),
+        "delete_rate": count / (deleted - declared),
+        "generator_cpu_s": generator_cpu,
+    }
+    if broker_pid is not None:
+        result["broker_cpu_us_per_queue"] = broker_cpu.micros_per(count)
+    return result

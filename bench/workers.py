@@ -1,0 +1,272 @@
+"""Producer and consumer processes: one AMQP connection each, raw bytes on the hot path.
+
+A producer writes pre-encoded publishes in batches; a consumer scans frame heads for
+basic.deliver and acks a whole read with one `multiple` ack. Each runs in its own process
+so producers and consumers can use separate cores, and each reports its own CPU time.
+"""
+
+from __future__ import annotations
+
+import enum
+import select
+import signal
+import socket
+import struct
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from typing import Any
+
+from pamqp import commands
+
+from lavin.bench.measure import own_cpu_seconds
+from lavin.bench.scan import (
+    CLOCK_STAMP,
+    SEQUENCE_STAMP,
+    ConfirmTracker,
+    DeliveryScanner,
+    LatencyRecorder,
+    SequenceCheck,
+)
+from lavin.bench.wire import (
+    CONTROL_TIMEOUT,
+    RECEIVE_SIZE,
+    AmqpSocket,
+    BrokerAddress,
+    EncodedMessage,
+    ack_frame,
+    encode_publish,
+)
+
+BATCH = 256  # publishes per write when nothing smaller is due
+MAX_PACING_SLEEP = 0.05  # seconds; a paced producer still notices `stop` quickly
+STOP_POLL = struct.pack("ll", 0, 100_000)  # a consumer read gives up after 0.1 s to check `stop`
+CHANNEL = 1
+
+
+class Stamp(enum.Enum):
+    """What a producer writes at the start of each body."""
+
+    NONE = "none"
+    SEQUENCE = "sequence"  # producer id + sequence number, for --verify
+    CLOCK = "clock"  # publish time, for latency
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    address: BrokerAddress
+    queue: str
+    exchange: str
+    routing_key: str
+    size: int
+    persistent: bool
+    confirm: int  # most publishes awaiting a confirm; 0 = confirms off
+    rate: float  # msg/s per producer; 0 = as fast as possible
+    count: int  # publishes per producer; 0 = until stopped
+    autoack: bool
+    prefetch: int
+    stamp: Stamp
+
+
+class Signals:
+    """What the coordinating process shares with its workers.
+
+    Workers put ("ready" | "result" | "error", role, index, payload) on `reports` and keep
+    their running message count in `progress[slot]`.
+    """
+
+    def __init__(self, context: BaseContext, slots: int) -> None:
+        self.start = context.Event()
+        self.stop_producers = context.Event()
+        self.stop_consumers = context.Event()
+        self.reports = context.Queue()
+        self.progress = context.RawArray("q", slots)
+
+
+def run_worker(role: str, index: int, signals: Signals, work: Callable[[Callable[[], None]], dict[str, Any]]) -> None:
+    """Process entry point: `work` gets a callback to say it is set up and waits for the start."""
+
+    def ready() -> None:
+        signals.reports.put(("ready", role, index, None))
+        signals.start.wait()
+
+    # Ctrl-C reaches the whole process group: the coordinator alone decides how to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    try:
+        result = work(ready)
+    except Exception as exc:  # reported to the coordinator, which stops the run
+        signals.reports.put(("error", role, index, f"{type(exc).__name__}: {exc}"))
+    else:
+        signals.reports.put(("result", role, index, result))
+
+
+class PublishBatches:
+    """The bytes of the next n publishes, from one pre-encoded message."""
+
+    def __init__(self, message: EncodedMessage, stamp: Stamp, producer: int) -> None:
+        self._message = message.data
+        self._stride = len(message.data)
+        self._body_offset = message.body_offset
+        self._stamp = stamp
+        self._producer = producer
+        self._full_batch = message.data * BATCH  # unstamped bodies never change: reuse it
+
+    def take(self, first_sequence: int, count: int) -> bytes | bytearray:
+        if self._stamp is Stamp.NONE:
+            return self._full_batch if count == BATCH else self._message * count
+        batch = bytearray(self._message * count)
+        offsets = range(self._body_offset, self._body_offset + count * self._stride, self._stride)
+        if self._stamp is Stamp.SEQUENCE:
+            pack, producer = SEQUENCE_STAMP.pack_into, self._producer
+            for sequence, offset in enumerate(offsets, first_sequence):
+                pack(batch, offset, producer, sequence)
+        else:
+            pack, now = CLOCK_STAMP.pack_into, time.monotonic_ns()
+            for offset in offsets:
+                pack(batch, offset, now)
+        return batch
+
+
+class Pacer:
+    """Spreads publishes evenly at a fixed rate from the moment it is created."""
+
+    def __init__(self, rate: float) -> None:
+        self._rate = rate
+        self._started = time.monotonic()
+
+    def allowance(self, sent: int, wanted: int) -> int:
+        """How many may go now (up to `wanted`); sleeps a little and says 0 when none is due."""
+        elapsed = time.monotonic() - self._started
+        due = int(elapsed * self._rate) - sent
+        if due <= 0:
+            time.sleep(min(MAX_PACING_SLEEP, (sent + 1) / self._rate - elapsed))
+            return 0
+        return min(due, wanted)
+
+
+def produce(spec: LoadSpec, index: int, slot: int, signals: Signals) -> None:
+    run_worker("producer", index, signals, lambda ready: _produce(spec, index, slot, signals, ready))
+
+
+def _produce(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Callable[[], None]) -> dict[str, Any]:
+    connection = AmqpSocket.open(spec.address)
+    connection.open_channel(CHANNEL)
+    if spec.confirm:
+        connection.call(CHANNEL, commands.Confirm.Select(), commands.Confirm.SelectOk)
+    message = encode_publish(
+        CHANNEL, spec.exchange, spec.routing_key, bytes(spec.size), spec.persistent, connection.frame_max
+    )
+    batches = PublishBatches(message, spec.stamp, index)
+    confirms = ConfirmTracker()
+    sock = connection.sock
+    ready()
+    sock.settimeout(None)  # the hot loop blocks in sendall and polls for confirms without select
+    cpu_before = own_cpu_seconds()
+    started = time.monotonic()
+    pacer = Pacer(spec.rate) if spec.rate else None
+    published = 0
+    while not signals.stop_producers.is_set():
+        wanted = BATCH if not spec.count else min(BATCH, spec.count - published)
+        if wanted == 0:
+            break
+        if pacer is not None:
+            wanted = pacer.allowance(published, wanted)
+            if wanted == 0:
+                continue
+        if spec.confirm:
+            wanted = min(wanted, spec.confirm - (published - confirms.settled))
+            if wanted <= 0:
+                _read_replies(connection, confirms, wait=True)
+                continue
+        sock.sendall(batches.take(published, wanted))
+        published += wanted
+        signals.progress[slot] = published
+        # Without confirms this still catches a channel.close (a missing exchange, say).
+        _read_replies(connection, confirms, wait=False)
+    while spec.confirm and confirms.settled < published:
+        _read_replies(connection, confirms, wait=True)
+    sock.settimeout(CONTROL_TIMEOUT)
+    # One round trip behind the last publish: once it returns the broker has taken them all in.
+    connection.call(CHANNEL, commands.Queue.Declare(queue=spec.queue, passive=True), commands.Queue.DeclareOk)
+    elapsed = time.monotonic() - started
+    cpu = own_cpu_seconds() - cpu_before
+    connection.close()
+    return {"published": published, "nacked": confirms.nacked, "elapsed": elapsed, "cpu": cpu}
+
+
+def _read_replies(connection: AmqpSocket, confirms: ConfirmTracker, wait: bool) -> None:
+    """Take in whatever the broker sent a producer: confirms, or a close that ends the run."""
+    sock = connection.sock
+    if wait and not select.select([sock], [], [], CONTROL_TIMEOUT)[0]:
+        raise TimeoutError(f"no publisher confirm for {CONTROL_TIMEOUT:.0f} s")
+    try:
+        data = sock.recv(RECEIVE_SIZE, 0 if wait else socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return
+    if not data:
+        raise ConnectionError("the broker closed the socket")
+    buffer = connection.buffer
+    buffer += data
+    del buffer[: confirms.scan(buffer)]
+
+
+def consume(spec: LoadSpec, index: int, slot: int, signals: Signals) -> None:
+    run_worker("consumer", index, signals, lambda ready: _consume(spec, index, slot, signals, ready))
+
+
+def _consume(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Callable[[], None]) -> dict[str, Any]:
+    connection = AmqpSocket.open(spec.address)
+    connection.open_channel(CHANNEL)
+    if not spec.autoack:
+        connection.call(CHANNEL, commands.Basic.Qos(prefetch_count=spec.prefetch), commands.Basic.QosOk)
+    check = SequenceCheck() if spec.stamp is Stamp.SEQUENCE else None
+    latencies = LatencyRecorder() if spec.stamp is Stamp.CLOCK else None
+    stamp_reader = check or latencies
+    scanner = DeliveryScanner(stamp_reader.on_body if stamp_reader is not None else None)
+    consume_method = commands.Basic.Consume(queue=spec.queue, consumer_tag=f"lavin-perf-{index}", no_ack=spec.autoack)
+    connection.call(CHANNEL, consume_method, commands.Basic.ConsumeOk)
+    sock = connection.sock
+    ready()
+    sock.settimeout(None)
+    # A kernel receive timeout wakes the loop to check `stop` without a select per read.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, STOP_POLL)
+    cpu_before = own_cpu_seconds()
+    started = time.monotonic()
+    buffer = connection.buffer
+    first_ns = last_ns = 0
+    acked = 0
+    while not signals.stop_consumers.is_set():
+        try:
+            data = sock.recv(RECEIVE_SIZE)
+        except BlockingIOError:
+            continue
+        if not data:
+            raise ConnectionError("the broker closed the socket")
+        now = time.monotonic_ns()
+        if latencies is not None:
+            latencies.now = now
+        counted = scanner.count
+        buffer += data
+        del buffer[: scanner.scan(buffer)]
+        if scanner.count != counted:
+            first_ns = first_ns or now
+            last_ns = now
+            signals.progress[slot] = scanner.count
+        if not spec.autoack and scanner.last_tag > acked:
+            acked = scanner.last_tag
+            sock.sendall(ack_frame(CHANNEL, acked, True))
+    elapsed = time.monotonic() - started
+    cpu = own_cpu_seconds() - cpu_before
+    connection.close()
+    return {
+        "consumed": scanner.count,
+        "first_ns": first_ns,
+        "last_ns": last_ns,
+        "elapsed": elapsed,
+        "cpu": cpu,
+        "check": check,
+        "latencies_ns": latencies.samples_ns if latencies is not None else array("q"),
+    }
