@@ -26,7 +26,7 @@ BUSY_WORKER_PCT = 90.0  # above this the generator may be what limits the rate
 
 def _common_options() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--uri", default=DEFAULT_URI, help=f"broker to load (default {DEFAULT_URI})")
+    parser.add_argument("--uri", default=DEFAULT_URI, help="broker to load (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the results as one JSON object")
     parser.add_argument(
         "--broker-pid", type=int, help="the broker's process id: report its CPU time (and RSS) from /proc"

@@ -24,3 +24,12 @@ def test_throughput_verify_moves_every_message_once_and_in_order(broker: BrokerP
     assert result["nacked"] == 0
     assert result["consume_rate"] > 0
     assert result["broker_cpu_us_per_message"] >= 0
+
+
+def test_every_scenario_has_a_help_text() -> None:
+    for scenario in ("throughput", "publish-only", "consume-only", "latency", "connections", "queue-churn"):
+        result = subprocess.run(
+            [sys.executable, "-m", "lavin.bench.perf", scenario, "--help"], capture_output=True, text=True, timeout=30
+        )
+        assert result.returncode == 0, result.stderr
+        assert "--uri" in result.stdout
