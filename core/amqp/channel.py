@@ -9,13 +9,14 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
 from lavin import errors
 from lavin.amqp import codec
 from lavin.amqp.direct_reply import rewrite_reply_to
+from lavin.amqp.stream_info import stream_info_reply
 from lavin.api import Message
 from lavin.broker.expiry import message_expiration
 from lavin.broker.queue import NEEDS_SYNC, REJECTED, STORED
@@ -29,8 +30,21 @@ _ACK_ARGS = struct.Struct(">QB")
 _EXPIRATION_OR_REPLY_TO = 0x03  # flags 0x0100 and 0x0200: the high byte of the flag word
 _HEADER_ARGS = struct.Struct(">HHQ")
 
-# An unacked delivery: the queue, the store's message id, and the consumer (None for basic.get).
-Unacked = tuple["Queue", int, "Consumer | None"]
+
+class Settles(Protocol):
+    """Where acks, rejects and requeues of a delivery go: its queue, or for a stream, the
+    consumer's reader (a stream keeps its messages; each consumer settles its own)."""
+
+    def ack(self, message_id: int) -> None: ...
+
+    def reject(self, message_id: int) -> None: ...
+
+    def requeue(self, message_ids: Iterable[int]) -> None: ...
+
+
+# An unacked delivery: where it settles, the store's message id, and the consumer (None
+# for basic.get).
+Unacked = tuple[Settles, int, "Consumer | None"]
 
 
 class Consumer:
@@ -69,7 +83,7 @@ class Consumer:
             return False
         return not channel.global_prefetch or channel.consumer_unacked < channel.global_prefetch
 
-    def deliver(self, queue: Queue, message_id: int, message: Message, redelivered: bool) -> None:
+    def deliver(self, queue: Settles, message_id: int, message: Message, redelivered: bool) -> None:
         self.channel.deliver(self, queue, message_id, message, redelivered)
 
     def cancelled_by_broker(self) -> None:
@@ -230,7 +244,7 @@ class Channel:
                 message_expiration(message)  # 406 for an invalid expiration, before anything is stored
                 rewrite_reply_to(message, self.reply_address)
             if self.tx:
-                self.vhost.route(exchange, message)  # fail now for a missing exchange, as RabbitMQ does
+                self.vhost.publishable_exchange(exchange)  # fail now, as RabbitMQ does; route at commit
                 self._tx_publishes.append((exchange, mandatory, message))
                 return
             self._route(exchange, mandatory, message)
@@ -248,7 +262,7 @@ class Channel:
         for queue in queues:
             status |= queue.publish(message)
         needs_sync = bool(status & NEEDS_SYNC)
-        routed = bool(queues) or (not exchange and self._deliver_reply(message))
+        routed = bool(queues) or (not exchange and self._route_to_pseudo_queue(message))
         if not routed and mandatory:
             self.connection.send(
                 codec.return_frame(self.id, 312, "NO_ROUTE", exchange, message.routing_key)
@@ -332,7 +346,7 @@ class Channel:
 
     # ---- deliveries ----------------------------------------------------------------------
 
-    def deliver(self, consumer: Consumer, queue: Queue, message_id: int, message: Message, redelivered: bool) -> None:
+    def deliver(self, consumer: Consumer, queue: Settles, message_id: int, message: Message, redelivered: bool) -> None:
         self._next_tag += 1
         tag = self._next_tag
         if consumer.no_ack:
@@ -363,6 +377,21 @@ class Channel:
                 message.routing_key, message.properties, message.body, connection.frame_max,
             )
         )
+        return True
+
+    def _route_to_pseudo_queue(self, message: Message) -> bool:
+        """An unroutable message on the default exchange: a reply to a direct reply-to
+        address, or a stream-info request, which is answered here."""
+        if self._deliver_reply(message):
+            return True
+        reply = stream_info_reply(self.vhost, message)
+        if reply is None:
+            return False
+        targets = self.vhost.route("", reply)
+        for target in targets:
+            target.publish(reply)
+        if not targets:
+            self._deliver_reply(reply)
         return True
 
     def start_reply_consumer(self, tag: str, no_ack: bool) -> None:
@@ -461,7 +490,7 @@ class Channel:
 
     @staticmethod
     def _requeue(entries: Iterable[Unacked]) -> None:
-        by_queue: dict[Queue, list[int]] = {}
+        by_queue: dict[Settles, list[int]] = {}
         for queue, message_id, _ in entries:
             by_queue.setdefault(queue, []).append(message_id)
         for queue, message_ids in by_queue.items():

@@ -17,6 +17,7 @@ from lavin.amqp import codec
 from lavin.amqp.channel import Consumer
 from lavin.amqp.direct_reply import PSEUDO_QUEUE
 from lavin.broker.arguments import parse_consumer_priority
+from lavin.broker.stream_queue import StreamQueue
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Channel
@@ -203,6 +204,8 @@ def basic_consume(channel: Channel, method: c.Basic.Consume) -> None:
     arguments = _args(method.arguments)
     priority = parse_consumer_priority(queue.name, channel.vhost.name, arguments)
     consumer = Consumer(channel, queue, tag, bool(method.no_ack), bool(method.exclusive), arguments, priority)
+    if isinstance(queue, StreamQueue):
+        queue.prepare_reader(consumer)  # a stream's consumer rules, checked before consume-ok
     if not method.nowait:
         _reply(channel, c.Basic.ConsumeOk(consumer_tag=tag))
     channel.add_consumer(consumer)

@@ -1,0 +1,63 @@
+"""Stream info: a tool asks for a stream's offsets over plain AMQP, without consuming.
+
+The request goes to the default exchange with routing key `amq.lavin.stream-info`, the
+stream queue's name (UTF-8) as body and `reply_to` set (a queue, or direct reply-to). The
+answer goes through the default exchange to `reply_to`, `correlation_id` copied, with an
+empty body and the offsets in its headers (docs/streams.md has the contract). The channel
+looks at the address only once a message turned out unroutable, so publishes pay nothing.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from lavin.api import Message
+from lavin.broker.stream_consumer import long_field
+from lavin.broker.stream_queue import StreamQueue
+from lavin.storage.record import now_ms
+
+if TYPE_CHECKING:
+    from lavin.broker.vhost import VHost
+
+STREAM_INFO_ADDRESS = "amq.lavin.stream-info"
+ERROR_HEADER = "x-error"
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_HEADERS = 0x2000
+_CORRELATION_ID = 0x0400
+
+
+def stream_info_reply(vhost: VHost, request: Message) -> Message | None:
+    """The answer to a stream-info request; None when `request` is not one or has no
+    `reply_to` (it stays unroutable then)."""
+    if request.routing_key != STREAM_INFO_ADDRESS:
+        return None
+    try:
+        props = request.props
+    except ValueError:
+        return None
+    reply_to = props.get("reply_to")
+    if not reply_to:
+        return None
+    name = request.body.decode("utf-8", errors="replace")
+    queue = vhost.queues.get(name)
+    if isinstance(queue, StreamQueue):
+        table = b"".join(long_field(key, value) for key, value in queue.stream_info().items())
+    else:
+        reason = "is not a stream" if queue is not None else "does not exist"
+        table = _string_field(ERROR_HEADER, f"queue '{name}' in vhost '{vhost.name}' {reason}")
+    flags = _HEADERS
+    properties = _U32.pack(len(table)) + table
+    correlation_id = props.get("correlation_id")
+    if correlation_id is not None:
+        flags |= _CORRELATION_ID
+        encoded = correlation_id.encode("utf-8", "surrogateescape")
+        properties += bytes((len(encoded),)) + encoded
+    return Message("", reply_to, _U16.pack(flags) + properties, b"", now_ms())
+
+
+def _string_field(name: str, value: str) -> bytes:
+    key, data = name.encode(), value.encode()
+    return bytes((len(key),)) + key + b"S" + _U32.pack(len(data)) + data

@@ -1,0 +1,479 @@
+"""The log of one stream queue: append-only segment files, read by offset.
+
+Records use the segment-store format (`lavin.storage.record`). A message's offset is
+implicit: its segment's first offset plus its place in the segment; offsets start at 0,
+have no gaps and are never reused. Each segment keeps a sparse index in memory (see
+`lavin.storage.stream_index`), saved as `index.N` once the segment is sealed and synced.
+Retention deletes whole segments from the front, never the one being written, and only
+segments whose records are all on disk.
+
+`first_segment` holds the id and first offset of the oldest kept segment; it is replaced
+(synced) before segments are deleted, so recovery numbers the remaining segments exactly as
+before. Nothing is read from the write buffer by cursors: callers read below the offset
+they know is on disk. docs/streams.md describes the files and the recovery rules.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import zlib
+from bisect import bisect_left, bisect_right
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from lavin.message import Message
+from lavin.storage.disk import fsync_directory
+from lavin.storage.record import (
+    FILE_HEADER,
+    FILE_HEADER_SIZE,
+    FIXED_SIZE,
+    FLAG_PERSISTENT,
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    LENGTH,
+    TEXT_ENCODING,
+    TEXT_ERRORS,
+    append_record,
+    decode_record,
+    is_persistent,
+    now_ms,
+)
+from lavin.storage.segment_files import SEGMENT_PREFIX, list_ids, segment_path
+from lavin.storage.stream_index import (
+    INDEX_PREFIX,
+    SegmentIndex,
+    index_path,
+    load_index,
+    record_timestamp,
+    save_index,
+    scan_index,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_SIZE = 8 << 20
+FIRST_SEGMENT_FILE = "first_segment"
+_FIRST_SEGMENT = struct.Struct("<QQ")  # segment id, its first offset; then a crc32 of both
+_CRC = struct.Struct("<I")
+_READ_AHEAD = 128 << 10
+_WRITE_BUFFER_LIMIT = 1 << 20
+_NEVER = 1 << 64  # sorts after every timestamp: the empty segment being written
+_FILE_HEADER_BYTES = FILE_HEADER.pack(FORMAT_VERSION)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How much of the log to keep; None means no limit of that kind."""
+
+    max_length: int | None = None  # messages
+    max_bytes: int | None = None  # segment bytes
+    max_age_ms: int | None = None  # a segment goes once its newest message is older
+
+
+class _Segment:
+    __slots__ = ("fd", "id", "index")
+
+    def __init__(self, segment_id: int, fd: int, index: SegmentIndex) -> None:
+        self.id = segment_id
+        self.fd = fd  # -1 once retention deleted it
+        self.index = index
+
+
+class _Window:
+    """Bytes of one segment around the last read, so that neighbouring records share a pread.
+
+    Keyed by the segment, not its fd: the fd number of a deleted segment is reused.
+    """
+
+    __slots__ = ("data", "segment", "start")
+
+    def __init__(self) -> None:
+        self.segment: _Segment | None = None
+        self.start = 0
+        self.data = b""
+
+    def record(self, segment: _Segment, position: int) -> tuple[bytes, int, int]:
+        """(buffer, offset in it, size) of the whole record at `position`."""
+        offset = position - self.start
+        data = self.data
+        if segment is self.segment and 0 <= offset <= len(data) - HEADER_SIZE:
+            size = HEADER_SIZE + LENGTH.unpack_from(data, offset)[0]
+            if offset + size <= len(data):
+                return data, offset, size
+        data = os.pread(segment.fd, _READ_AHEAD, position)
+        size = HEADER_SIZE + LENGTH.unpack_from(data, 0)[0]
+        if size > len(data):
+            data = os.pread(segment.fd, size, position)
+        self.segment, self.start, self.data = segment, position, data
+        return data, 0, size
+
+
+class LogCursor:
+    """One reader's position in the log: sequential reads cost one pread per 128 KiB."""
+
+    __slots__ = ("_position", "_segment", "_store", "_window", "offset")
+
+    def __init__(self, store: StreamStore, offset: int) -> None:
+        self._store = store
+        self._segment: _Segment | None = None  # found lazily: the offset may not exist yet
+        self._position = 0
+        self._window = _Window()
+        self.offset = offset
+
+    def next(self, limit: int) -> tuple[int, Message] | None:
+        """(offset, message) at the cursor, then advance; None once the cursor reaches
+        `limit`. Offsets that retention deleted are passed over."""
+        store = self._store
+        if self.offset < store.first_offset:
+            self.offset, self._segment = store.first_offset, None
+        offset = self.offset
+        if offset >= limit:
+            return None
+        segment = self._segment
+        if segment is None or offset >= segment.index.end_offset:
+            segment = self._segment = store._segment_for(offset)
+            self._position = store._position_of(segment, offset, self._window)
+        buffer, start, size = store._locate(segment, self._position, self._window)
+        self.offset = offset + 1
+        self._position += size
+        return offset, decode_record(buffer, start)
+
+
+class StreamStore:
+    """The segments of one stream in `path`; an existing log is recovered on open."""
+
+    MAX_SEGMENT_SIZE: ClassVar[int] = 1 << 32  # positions in a segment are u32
+
+    def __init__(self, path: Path, *, segment_size: int | None = None, retention: Retention = Retention()) -> None:
+        """`segment_size` defaults to 8 MiB; a record larger than it gets a segment of its own."""
+        if segment_size is not None and not 0 < segment_size <= self.MAX_SEGMENT_SIZE:
+            raise ValueError(f"segment_size must be between 1 byte and 4 GiB, not {segment_size}")
+        self.path = path
+        self.durable = True
+        self.segment_size = segment_size or DEFAULT_SEGMENT_SIZE
+        self.retention = retention
+        self._segments: list[_Segment] = []  # ascending ids and offsets
+        self._sealed: deque[_Segment] = deque()  # rolled over, index not saved yet
+        self._write_buffer = bytearray()
+        self._written_bytes = 0  # of the write segment, handed to the OS
+        self._write_end = FILE_HEADER_SIZE  # position of the next record
+        self._write_dirty = False
+        self._end_offset = 0
+        self._written_offset = 0
+        self._synced_offset = 0
+        self._bytes = 0
+        self._last_timestamp = 0
+        self._sync_fds: set[int] = set()
+        self._dir_changed = False
+        self._retired_fds: list[int] = []  # of deleted segments, closed two flushes later
+        self._closing_fds: list[int] = []
+        if not path.exists():
+            path.mkdir(parents=True)
+            fsync_directory(path.parent)
+        self._dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        next_id = self._recover()
+        self._create_write_segment(next_id)
+
+    # -- appending -------------------------------------------------------------------------
+
+    def push(self, message: Message) -> int:
+        """Append a message; return its offset."""
+        exchange = message.exchange.encode(TEXT_ENCODING, TEXT_ERRORS)
+        routing_key = message.routing_key.encode(TEXT_ENCODING, TEXT_ERRORS)
+        properties = message.properties
+        body = message.body
+        size = FIXED_SIZE + len(exchange) + len(routing_key) + len(properties) + len(body)
+        position = self._write_end
+        if position + size > self.segment_size and position > FILE_HEADER_SIZE:
+            self._roll()
+            position = FILE_HEADER_SIZE
+        # Never earlier than the previous record, so that timestamps can be searched.
+        timestamp = max(message.timestamp or now_ms(), self._last_timestamp)
+        flags = FLAG_PERSISTENT if is_persistent(properties) else 0
+        append_record(self._write_buffer, timestamp, exchange, routing_key, properties, body, flags)
+        self._last_timestamp = timestamp
+        self._write.index.add(position, size, timestamp)
+        self._write_end = position + size
+        self._write_dirty = True
+        self._bytes += size
+        offset = self._end_offset
+        self._end_offset = offset + 1
+        if len(self._write_buffer) > _WRITE_BUFFER_LIMIT:
+            self._write_out()
+        return offset
+
+    def flush(self) -> list[int]:
+        """Hand buffered records to the OS; return the fds to fsync before `synced`."""
+        for fd in self._closing_fds:
+            os.close(fd)
+        self._closing_fds, self._retired_fds = self._retired_fds, []
+        self._write_out()
+        fds, self._sync_fds = self._sync_fds, set()
+        if self._write_dirty:
+            fds.add(self._write.fd)
+            self._write_dirty = False
+        if self._dir_changed:
+            fds.add(self._dir_fd)
+            self._dir_changed = False
+        return list(fds)
+
+    def synced(self, offset: int) -> None:
+        """Records below `offset` are on disk: save the index of sealed segments, and let
+        retention delete them."""
+        self._synced_offset = max(self._synced_offset, offset)
+        sealed = self._sealed
+        while sealed and sealed[0].index.end_offset <= self._synced_offset:
+            segment = sealed.popleft()
+            if segment.fd >= 0:
+                save_index(index_path(self.path, segment.id), segment.index)
+        self.enforce_retention()
+
+    def enforce_retention(self) -> None:
+        """Delete the oldest segments while the log breaks a limit, keeping the write segment
+        and any segment not fully on disk."""
+        retention = self.retention
+        segments = self._segments
+        oldest_kept = now_ms() - retention.max_age_ms if retention.max_age_ms is not None else -1
+        count = len(self)
+        size = self._bytes
+        drop = 0
+        while drop < len(segments) - 1:
+            index = segments[drop].index
+            if index.end_offset > self._synced_offset:
+                break
+            if not (
+                (retention.max_length is not None and count > retention.max_length)
+                or (retention.max_bytes is not None and size > retention.max_bytes)
+                or index.last_timestamp < oldest_kept
+            ):
+                break
+            count -= index.count
+            size -= index.size
+            drop += 1
+        if drop:
+            self._drop_oldest(drop)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def first_offset(self) -> int:
+        """Offset of the oldest kept message; the next offset when the log is empty."""
+        return self._segments[0].index.first_offset
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next `push` returns."""
+        return self._end_offset
+
+    @property
+    def written_offset(self) -> int:
+        """Records below this offset were handed to the OS by `flush` (or a roll-over)."""
+        return self._written_offset
+
+    def __len__(self) -> int:
+        return self._end_offset - self.first_offset
+
+    @property
+    def ready_bytes(self) -> int:
+        """Bytes of the kept segments, headers included: what x-max-length-bytes limits."""
+        return self._bytes
+
+    def cursor(self, offset: int) -> LogCursor:
+        return LogCursor(self, offset)
+
+    def read(self, offset: int) -> Message:
+        """The message at `offset`; LookupError when retention deleted it or it does not exist."""
+        item = LogCursor(self, offset).next(min(offset + 1, self._end_offset))
+        if item is None or item[0] != offset:
+            raise LookupError(
+                f"offset {offset} is not in the stream (first {self.first_offset}, end {self._end_offset})"
+            )
+        return item[1]
+
+    def offset_at(self, timestamp: int) -> int:
+        """The first offset whose message arrived at or after `timestamp` (ms), else the end."""
+        segments = self._segments
+        found = bisect_left(segments, timestamp, key=lambda s: s.index.last_timestamp if s.index.count else _NEVER)
+        if found == len(segments) or not segments[found].index.count:
+            return self._end_offset
+        segment = segments[found]
+        offset, position = segment.index.entry_for_timestamp(timestamp)
+        window = _Window()
+        while offset < segment.index.end_offset:
+            buffer, start, size = self._locate(segment, position, window)
+            if record_timestamp(buffer, start) >= timestamp:
+                return offset
+            offset += 1
+            position += size
+        return offset
+
+    def _segment_for(self, offset: int) -> _Segment:
+        return self._segments[bisect_right(self._segments, offset, key=lambda s: s.index.first_offset) - 1]
+
+    def _position_of(self, segment: _Segment, offset: int, window: _Window) -> int:
+        """Byte position of `offset` in its segment: from the nearest index entry, walk."""
+        entry_offset, position = segment.index.entry_for_offset(offset)
+        while entry_offset < offset:
+            position += self._locate(segment, position, window)[2]
+            entry_offset += 1
+        return position
+
+    def _locate(self, segment: _Segment, position: int, window: _Window) -> tuple[bytes, int, int]:
+        """(buffer, offset in it, size) of the record at `position` of `segment`."""
+        if segment is self._write and position >= self._written_bytes:  # not handed to the OS yet
+            start = position - self._written_bytes
+            size = HEADER_SIZE + LENGTH.unpack_from(self._write_buffer, start)[0]
+            return bytes(self._write_buffer[start : start + size]), 0, size
+        return window.record(segment, position)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write and sync everything, save every index, release the files; the data stays."""
+        for fd in self.flush():
+            os.fsync(fd)
+        self.synced(self._end_offset)
+        if self._write.index.count:  # the next start writes to a new segment: this one is sealed
+            save_index(index_path(self.path, self._write.id), self._write.index)
+        self._close_files()
+
+    def delete(self) -> None:
+        """Release the files and remove the directory."""
+        self._write_buffer.clear()
+        self._close_files()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _create_write_segment(self, segment_id: int) -> None:
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        fd = os.open(segment_path(self.path, segment_id), flags, 0o644)
+        segment = _Segment(segment_id, fd, SegmentIndex(self._end_offset))
+        self._segments.append(segment)
+        self._write = segment
+        self._write_buffer += _FILE_HEADER_BYTES
+        self._written_bytes = 0
+        self._write_end = FILE_HEADER_SIZE
+        self._bytes += FILE_HEADER_SIZE
+        self._dir_changed = True
+
+    def _roll(self) -> None:
+        old = self._write
+        self._write_out()
+        self._sync_fds.add(old.fd)
+        self._write_dirty = False
+        self._sealed.append(old)
+        self._create_write_segment(old.id + 1)
+
+    def _write_out(self) -> None:
+        buffer = self._write_buffer
+        if not buffer:
+            return
+        fd = self._write.fd
+        with memoryview(buffer) as view:
+            written = 0
+            try:
+                while written < len(view):  # short writes happen only on signals or a full disk
+                    written += os.write(fd, view[written:])
+            except OSError:
+                os.ftruncate(fd, self._written_bytes)  # the whole buffer is written again later
+                raise
+        self._written_bytes += len(buffer)
+        buffer.clear()
+        self._written_offset = self._end_offset
+
+    def _drop_oldest(self, count: int) -> None:
+        """Delete the `count` oldest segments, after recording where the log now starts."""
+        segments = self._segments
+        new_first = segments[count]
+        self._save_first_segment(new_first.id, new_first.index.first_offset)
+        for segment in segments[:count]:
+            os.unlink(segment_path(self.path, segment.id))
+            index_path(self.path, segment.id).unlink(missing_ok=True)
+            self._bytes -= segment.index.size
+            # The core may still be syncing this fd in another thread.
+            self._sync_fds.discard(segment.fd)
+            self._retired_fds.append(segment.fd)
+            segment.fd = -1
+        del segments[:count]
+
+    def _save_first_segment(self, segment_id: int, first_offset: int) -> None:
+        """Replace `first_segment` atomically and durably."""
+        data = _FIRST_SEGMENT.pack(segment_id, first_offset)
+        temporary = self.path / (FIRST_SEGMENT_FILE + ".tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data + _CRC.pack(zlib.crc32(data)))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, self.path / FIRST_SEGMENT_FILE)
+        os.fsync(self._dir_fd)
+
+    def _load_first_segment(self) -> tuple[int, int] | None:
+        try:
+            data = (self.path / FIRST_SEGMENT_FILE).read_bytes()
+        except FileNotFoundError:
+            return None
+        # Written whole and renamed into place: damage means the disk lost data we synced.
+        if len(data) != _FIRST_SEGMENT.size + _CRC.size or zlib.crc32(data[:-4]) != _CRC.unpack_from(data, 16)[0]:
+            raise ValueError(f"{self.path / FIRST_SEGMENT_FILE} is damaged: the stream's offsets are unknown")
+        segment_id, first_offset = _FIRST_SEGMENT.unpack_from(data)
+        return segment_id, first_offset
+
+    def _close_files(self) -> None:
+        fds = self._closing_fds + self._retired_fds
+        fds.extend(segment.fd for segment in self._segments)
+        for segment in self._segments:
+            segment.fd = -1
+        if self._dir_fd >= 0:
+            fds.append(self._dir_fd)
+            self._dir_fd = -1
+        self._segments.clear()
+        self._closing_fds, self._retired_fds = [], []
+        for fd in fds:
+            os.close(fd)
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def _recover(self) -> int:
+        """Number the kept segments from `first_segment`; return the id for the next one."""
+        segment_ids = list_ids(self.path, SEGMENT_PREFIX)
+        for orphan in set(list_ids(self.path, INDEX_PREFIX)).difference(segment_ids):
+            index_path(self.path, orphan).unlink()
+        first = self._load_first_segment()
+        if first is None:
+            if segment_ids:
+                log.warning("%s: no %s; numbering the segments from offset 0", self.path, FIRST_SEGMENT_FILE)
+            first = (segment_ids[0] if segment_ids else 1, 0)
+            self._save_first_segment(*first)
+        first_id, offset = first
+        for segment_id in segment_ids:
+            path = segment_path(self.path, segment_id)
+            if segment_id < first_id:  # retention was deleting it when the broker stopped
+                path.unlink()
+                index_path(self.path, segment_id).unlink(missing_ok=True)
+                continue
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            index = load_index(index_path(self.path, segment_id), offset, os.fstat(fd).st_size)
+            if index is None:
+                index = scan_index(fd, path, offset)
+                if index is None or not index.count:
+                    os.close(fd)
+                    path.unlink()
+                    index_path(self.path, segment_id).unlink(missing_ok=True)
+                    continue
+                os.fsync(fd)  # what recovery hands out must stay, even after a power loss
+                save_index(index_path(self.path, segment_id), index)
+            self._segments.append(_Segment(segment_id, fd, index))
+            self._bytes += index.size
+            offset = index.end_offset
+        self._end_offset = self._written_offset = self._synced_offset = offset
+        if self._segments:
+            self._last_timestamp = self._segments[-1].index.last_timestamp
+        return max(segment_ids[-1] + 1 if segment_ids else 1, first_id)
