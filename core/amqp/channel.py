@@ -19,7 +19,7 @@ from lavin.amqp.direct_reply import rewrite_reply_to
 from lavin.amqp.stream_info import stream_info_reply
 from lavin.api import Message
 from lavin.broker.expiry import message_expiration
-from lavin.broker.queue import NEEDS_SYNC, REJECTED, STORED
+from lavin.broker.queue import BEHIND, NEEDS_SYNC, REJECTED, STORED
 
 if TYPE_CHECKING:
     from lavin.amqp.connection import Connection
@@ -260,7 +260,10 @@ class Channel:
             raise errors.PreconditionFailed(f"invalid message properties: {exc}") from None
         status = STORED
         for queue in queues:
-            status |= queue.publish(message)
+            result = queue.publish(message)
+            if result & BEHIND:
+                self.connection.slow_down(queue)
+            status |= result
         needs_sync = bool(status & NEEDS_SYNC)
         routed = bool(queues) or (not exchange and self._route_to_pseudo_queue(message))
         if not routed and mandatory:

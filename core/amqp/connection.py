@@ -22,6 +22,7 @@ from lavin.api import User
 
 if TYPE_CHECKING:
     from lavin.broker.broker import Broker
+    from lavin.broker.queue import Queue
     from lavin.broker.vhost import VHost
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class Connection(asyncio.Protocol):
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
         self.dirty_channels: set[Channel] = set()
+        self._slowed_by: set[Queue] = set()
 
     # ---- transport callbacks -------------------------------------------------------------
 
@@ -372,11 +374,25 @@ class Connection(asyncio.Protocol):
             self._sent_since_tick = True
 
     def _after_batch(self) -> None:
-        """End of one read: let channels emit what they batch (confirms)."""
+        """End of one read: let channels emit what they batch (confirms), and stop reading
+        while a queue we publish to has consumers waiting behind a backlog."""
         if self.dirty_channels:
             for channel in list(self.dirty_channels):
                 channel.end_of_batch()
             self.dirty_channels.clear()
+        if self._slowed_by:
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.pause_reading()
+            for queue in self._slowed_by:
+                queue.hold_publisher(self)
+            self._slowed_by.clear()
+
+    def slow_down(self, queue: Queue) -> None:
+        self._slowed_by.add(queue)
+
+    def resume_publishing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     # ---- closing -------------------------------------------------------------------------
 

@@ -32,6 +32,13 @@ DRAIN_BATCH = 256
 STORED = 0
 NEEDS_SYNC = 1  # the publisher's confirm waits for the fsync
 REJECTED = 2  # overflow refused it: the publisher gets a nack
+BEHIND = 4  # consumers are waiting but the backlog grows: the publisher should pause
+
+# Publisher flow control: a queue whose consumers could take more but whose backlog passed
+# FLOW_HIGH makes its publishers stop reading until deliveries bring it under FLOW_LOW. A
+# single event loop would otherwise spend nearly every tick reading publishes.
+FLOW_HIGH = 8192
+FLOW_LOW = 2048
 
 
 def now_ms() -> int:
@@ -71,6 +78,7 @@ class Queue:
         self._had_consumer = False
         self._rr: dict[int, int] = {}  # round-robin position per consumer priority
         self._drain_scheduled = False
+        self._held_publishers: set[Connection] = set()
         self._limited = settings.max_length is not None or settings.max_length_bytes is not None
         self._expiry = ExpiryIndex()
         # Per-message expirations were seen, or a queue TTL is set: check at delivery.
@@ -124,6 +132,8 @@ class Queue:
             return status
         if self.consumers:
             self.schedule_drain()
+            if len(store) > FLOW_HIGH and self._consumers_can_take():
+                status |= BEHIND
         if due is not None:
             self._expiry.add(message_id, due, taken=False)
         if self._limited:
@@ -185,6 +195,7 @@ class Queue:
         if self.consumers or self.deleted:
             self.schedule_drain()  # a single active consumer may have handed over
             return
+        self.release_publishers()
         if self.auto_delete and self._had_consumer:
             self.vhost.delete_queue(self)
         else:
@@ -226,17 +237,29 @@ class Queue:
             return
         store = self.store
         for _ in range(DRAIN_BATCH):
-            if not len(store):
-                return
-            consumer = self._next_consumer()
-            if consumer is None:
-                return
-            item = self._take_live()
+            consumer = self._next_consumer() if len(store) else None
+            item = self._take_live() if consumer is not None else None
             if item is None:
-                return
+                break
             message_id, message, redelivered = item
-            consumer.deliver(self, message_id, message, redelivered)
-        self.schedule_drain()
+            consumer.deliver(self, message_id, message, redelivered)  # type: ignore[union-attr]
+        else:
+            self.schedule_drain()
+        if self._held_publishers and (len(store) <= FLOW_LOW or not self._consumers_can_take()):
+            self.release_publishers()
+
+    def _consumers_can_take(self) -> bool:
+        return any(consumer.can_take() for consumer in self.consumers)
+
+    def hold_publisher(self, connection: Connection) -> None:
+        """`connection` paused reading because of this queue; resume it once we catch up."""
+        self._held_publishers.add(connection)
+        self.schedule_drain()  # the drain decides when to let go, even if nothing is delivered
+
+    def release_publishers(self) -> None:
+        held, self._held_publishers = self._held_publishers, set()
+        for connection in held:
+            connection.resume_publishing()
 
     def _take_live(self) -> tuple[int, Message, bool] | None:
         """The next ready message that has not expired, with its delivery count header."""
@@ -387,6 +410,7 @@ class Queue:
         return [] if self.deleted else self.store.flush()
 
     def _stop_timers(self) -> None:
+        self.release_publishers()
         self._cancel_unused_timer()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()

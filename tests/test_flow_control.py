@@ -1,0 +1,85 @@
+"""Publisher flow control: a publisher is paused only while consumers are waiting behind a
+backlog, and never for good — a stuck or full consumer must not stall its publishers."""
+
+from __future__ import annotations
+
+import uuid
+
+from amqp_wire import WireConnection, connect, content_body_frame, content_header_frame, method_frame
+from broker_process import BrokerProcess
+from pamqp import commands
+
+BURST = 30_000  # well past the backlog at which publishers are asked to pause
+
+
+def publish_burst(conn: WireConnection, channel: int, queue: str, count: int) -> None:
+    one = (
+        method_frame(channel, commands.Basic.Publish(exchange="", routing_key=queue))
+        + content_header_frame(channel, 4)
+        + content_body_frame(channel, b"burst"[:4])
+    )
+    conn.send_raw(one * count)
+
+
+def ready_count(conn: WireConnection, channel: int, queue: str) -> int:
+    """A passive declare answered proves the broker kept reading this connection."""
+    conn.send(commands.Queue.Declare(queue=queue, passive=True), channel)
+    while True:
+        received = conn.recv_frame(timeout=30)
+        assert received is not None, "the broker closed the connection"
+        if isinstance(received.frame, commands.Queue.DeclareOk):
+            return received.frame.message_count
+
+
+def test_a_connection_that_publishes_and_consumes_with_a_full_prefetch_keeps_being_read(
+    broker: BrokerProcess,
+) -> None:
+    queue = f"flow-{uuid.uuid4().hex[:8]}"
+    with connect(broker.port, channels=(1, 2)) as conn:
+        conn.send(commands.Queue.Declare(queue=queue, exclusive=True), 1)
+        conn.expect(commands.Queue.DeclareOk, channel=1)
+        conn.send(commands.Basic.Qos(prefetch_count=20), 1)
+        conn.expect(commands.Basic.QosOk, channel=1)
+        conn.send(commands.Basic.Consume(queue=queue), 1)
+        conn.expect(commands.Basic.ConsumeOk, channel=1)
+        publish_burst(conn, 2, queue, BURST)
+        assert ready_count(conn, 2, queue) == BURST - 20
+
+
+def test_a_publisher_paused_behind_a_backlog_is_resumed(broker: BrokerProcess) -> None:
+    queue = f"flow-{uuid.uuid4().hex[:8]}"
+    with connect(broker.port, channels=(1, 2)) as conn:
+        conn.send(commands.Queue.Declare(queue=queue, exclusive=True), 1)
+        conn.expect(commands.Queue.DeclareOk, channel=1)
+        conn.send(commands.Basic.Qos(prefetch_count=1), 1)
+        conn.expect(commands.Basic.QosOk, channel=1)
+        conn.send(commands.Basic.Consume(queue=queue), 1)
+        conn.expect(commands.Basic.ConsumeOk, channel=1)
+        publish_burst(conn, 2, queue, BURST)  # the consumer holds one, the rest is backlog
+        first = conn.expect(commands.Basic.Deliver, channel=1)
+        # In one read: the ack lets the consumer take more, then publishes land on a
+        # backlog that consumers are waiting behind, so the broker pauses this connection;
+        # it must resume it once the consumer is full again.
+        conn.send_raw(
+            method_frame(1, commands.Basic.Ack(delivery_tag=first.delivery_tag))
+            + b"".join(
+                method_frame(2, commands.Basic.Publish(exchange="", routing_key=queue))
+                + content_header_frame(2, 4)
+                + content_body_frame(2, b"more")
+                for _ in range(1000)
+            )
+        )
+        assert ready_count(conn, 2, queue) == BURST + 1000 - 2
+
+
+def test_a_consumer_that_stops_reading_does_not_stall_the_publisher(broker: BrokerProcess) -> None:
+    queue = f"flow-{uuid.uuid4().hex[:8]}"
+    with connect(broker.port, channels=(1,)) as publisher, connect(broker.port, channels=(1,)) as consumer:
+        publisher.send(commands.Queue.Declare(queue=queue, auto_delete=True), 1)
+        publisher.expect(commands.Queue.DeclareOk, channel=1)
+        # A no-ack consumer that never reads its socket: its deliveries pile up in buffers.
+        consumer.send(commands.Basic.Consume(queue=queue, no_ack=True), 1)
+        consumer.expect(commands.Basic.ConsumeOk, channel=1)
+        for _ in range(5):
+            publish_burst(publisher, 1, queue, BURST)
+        assert ready_count(publisher, 1, queue) <= 5 * BURST
