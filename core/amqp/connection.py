@@ -164,10 +164,16 @@ class Connection(asyncio.Protocol):
                 raise _frame_error(frame_type, data, offset, f"{{invalid_frame_end_marker,{data[frame_end]}}}")
             payload = data[offset + 7 : frame_end]
             offset = frame_end + 1
-            if frame_type == 3 and self.state == OPEN:  # body frames: the bulk of all traffic
-                channel = channels.get(channel_id)
-                if channel is not None:
+            # The bulk of all traffic: content and methods on open channels, straight there.
+            if self.state == OPEN and (channel := channels.get(channel_id)) is not None:
+                if frame_type == 3:
                     channel.on_body(payload)
+                    continue
+                if frame_type == 2:
+                    channel.on_header(payload)
+                    continue
+                if frame_type == 1 and size >= 4:
+                    channel.on_method(payload)
                     continue
             self._dispatch(frame_type, channel_id, payload)
         return offset

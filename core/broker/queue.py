@@ -34,11 +34,13 @@ NEEDS_SYNC = 1  # the publisher's confirm waits for the fsync
 REJECTED = 2  # overflow refused it: the publisher gets a nack
 BEHIND = 4  # consumers are waiting but the backlog grows: the publisher should pause
 
-# Publisher flow control: a queue whose consumers could take more but whose backlog passed
-# FLOW_HIGH makes its publishers stop reading until deliveries bring it under FLOW_LOW. A
-# single event loop would otherwise spend nearly every tick reading publishes.
+# Publisher flow control: while a queue with consumers has a backlog above FLOW_HIGH, its
+# publishers stop reading until deliveries empty it. A single event loop would otherwise
+# spend nearly every tick reading publishes while consumers get a trickle. Consumers that
+# take nothing for FLOW_STALL seconds (full prefetch, no acks) are the client's business:
+# then the publishers go on, as they would with no consumers at all.
 FLOW_HIGH = 8192
-FLOW_LOW = 2048
+FLOW_STALL = 0.05
 
 
 def now_ms() -> int:
@@ -79,6 +81,8 @@ class Queue:
         self._rr: dict[int, int] = {}  # round-robin position per consumer priority
         self._drain_scheduled = False
         self._held_publishers: set[Connection] = set()
+        self._deliveries = 0  # drained deliveries, so flow control can tell progress from a stall
+        self._flow_timer: asyncio.TimerHandle | None = None
         self._limited = settings.max_length is not None or settings.max_length_bytes is not None
         self._expiry = ExpiryIndex()
         # Per-message expirations were seen, or a queue TTL is set: check at delivery.
@@ -132,7 +136,7 @@ class Queue:
             return status
         if self.consumers:
             self.schedule_drain()
-            if len(store) > FLOW_HIGH and self._consumers_can_take():
+            if len(store) > FLOW_HIGH:
                 status |= BEHIND
         if due is not None:
             self._expiry.add(message_id, due, taken=False)
@@ -206,9 +210,9 @@ class Queue:
 
     def _next_consumer(self) -> Consumer | None:
         consumers = self.consumers
-        if self.settings.single_active_consumer:
-            active = consumers[0]
-            return active if active.can_take() else None
+        if len(consumers) == 1 or self.settings.single_active_consumer:
+            first = consumers[0]  # the only one, or the single active one
+            return first if first.can_take() else None
         start = 0
         count = len(consumers)
         while start < count:
@@ -236,27 +240,40 @@ class Queue:
         if self.deleted:
             return
         store = self.store
-        for _ in range(DRAIN_BATCH):
+        delivered = 0
+        while delivered < DRAIN_BATCH:
             consumer = self._next_consumer() if len(store) else None
             item = self._take_live() if consumer is not None else None
             if item is None:
                 break
             message_id, message, redelivered = item
             consumer.deliver(self, message_id, message, redelivered)  # type: ignore[union-attr]
+            delivered += 1
         else:
             self.schedule_drain()
-        if self._held_publishers and (len(store) <= FLOW_LOW or not self._consumers_can_take()):
+        self._deliveries += delivered
+        if self._held_publishers and not len(store):
             self.release_publishers()
-
-    def _consumers_can_take(self) -> bool:
-        return any(consumer.can_take() for consumer in self.consumers)
 
     def hold_publisher(self, connection: Connection) -> None:
         """`connection` paused reading because of this queue; resume it once we catch up."""
         self._held_publishers.add(connection)
-        self.schedule_drain()  # the drain decides when to let go, even if nothing is delivered
+        if self._flow_timer is None:
+            self._flow_timer = self.loop.call_later(FLOW_STALL, self._check_flow, self._deliveries)
+
+    def _check_flow(self, deliveries_before: int) -> None:
+        self._flow_timer = None
+        if not self._held_publishers:
+            return
+        if self._deliveries == deliveries_before:
+            self.release_publishers()  # the consumers stalled: nothing to wait for
+        else:
+            self._flow_timer = self.loop.call_later(FLOW_STALL, self._check_flow, self._deliveries)
 
     def release_publishers(self) -> None:
+        if self._flow_timer is not None:
+            self._flow_timer.cancel()
+            self._flow_timer = None
         held, self._held_publishers = self._held_publishers, set()
         for connection in held:
             connection.resume_publishing()
