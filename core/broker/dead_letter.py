@@ -79,7 +79,7 @@ def _record_death(
             death["count"] = int(death.get("count", 0)) + 1  # `time` stays that of the first death
             deaths.insert(0, deaths.pop(index))
             return deaths
-    death: dict[str, Any] = {
+    new_death: dict[str, Any] = {
         "count": 1,
         "reason": reason,
         "queue": queue,
@@ -88,8 +88,8 @@ def _record_death(
         "routing-keys": routing_keys,
     }
     if props.get("expiration") is not None:
-        death["original-expiration"] = props["expiration"]
-    return [death, *deaths]
+        new_death["original-expiration"] = props["expiration"]
+    return [new_death, *deaths]
 
 
 def _is_cycle(target: str, deaths: list[dict[str, Any]]) -> bool:

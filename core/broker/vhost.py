@@ -7,7 +7,7 @@ import logging
 import shutil
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from lavin import errors
 from lavin.api import InvalidArgument, Message, StreamType
@@ -38,7 +38,7 @@ DEFAULT_EXCHANGES = (
     ("amq.match", "headers"),
 )
 
-Destination = Queue | Exchange
+Destination: TypeAlias = Queue | Exchange
 
 
 class VHost:
@@ -296,7 +296,7 @@ class VHost:
 
     def delete_queue(self, queue: Queue) -> int:
         """Remove a queue, cancel its consumers and drop its data; returns its message count."""
-        if self.queues.get(queue.name) is not queue:
+        if self.queues.get(queue.name) != queue:  # gone already, or a newer queue of that name
             return 0
         count = queue.message_count
         del self.queues[queue.name]
