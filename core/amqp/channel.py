@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import time
+from itertools import takewhile
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -467,7 +468,8 @@ class Channel:
         """The unacked deliveries an ack/nack/reject names; 406 for an unknown tag."""
         unacked = self.unacked
         if multiple:
-            tags = [t for t in unacked if t <= tag] if tag else list(unacked)
+            # Tags are handed out in increasing order, so the dict holds them sorted.
+            tags = list(takewhile(lambda t: t <= tag, unacked)) if tag else list(unacked)
             if not tags and tag:
                 raise errors.PreconditionFailed(f"unknown delivery tag {tag}")
         else:
