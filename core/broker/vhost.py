@@ -123,7 +123,9 @@ class VHost:
             self.delete_queue(queue)
 
     def _changed(self, kind: str, name: str, action: str) -> None:
-        self.broker.registry.hooks.lavin_definitions_changed(vhost=self, kind=kind, name=name, action=action)
+        hook = self.broker.registry.hooks.lavin_definitions_changed
+        if hook.get_hookimpls():  # a hook call costs microseconds even with no plugin
+            hook(vhost=self, kind=kind, name=name, action=action)
 
     # ---- exchanges -----------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lavin.message import Message
 from lavin.storage.disk import fsync_directory
+from lavin.storage.recent_messages import RecentMessages
 from lavin.storage.record import (
     FILE_HEADER,
     FILE_HEADER_SIZE,
@@ -61,7 +62,7 @@ class _Segment:
     def __init__(self, segment_id: int, fd: int, size: int, live: int, skip: array[int]) -> None:
         self.id = segment_id
         self.base = segment_id << 32  # id of the record at position 0
-        self.fd = fd  # -1 once deleted
+        self.fd = fd  # -1 once deleted, or until a non-durable store first writes it
         self.size = size  # bytes handed to the OS
         self.live = live  # records not acked yet: ready or taken
         self.persistent = False  # holds persistent records of a durable store: acks are written
@@ -116,6 +117,8 @@ class SegmentStore:
     _dir_fd: int
 
     __slots__ = (
+        "_dir_made",
+        "_recent",
         "_acks_dirty",
         "_closing_fds",
         "_cursor",
@@ -155,6 +158,7 @@ class SegmentStore:
         self.segment_size = segment_size
         self._segments: dict[int, _Segment] = {}  # ascending ids: insertion order
         self._write_buffer = bytearray()  # bytes of the write segment not handed to the OS
+        self._recent = RecentMessages()
         self._write_dirty = False  # persistent records in the write segment since the last flush
         self._cursor_reader = _ReadAhead()
         self._random_reader = _ReadAhead()
@@ -179,9 +183,8 @@ class SegmentStore:
             self._dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
             self._recover()
         else:
-            shutil.rmtree(path, ignore_errors=True)
-            path.mkdir(parents=True)
-            self._dir_fd = -1
+            self._dir_fd = -1  # the directory appears with the first write: empty queues cost no files
+        self._dir_made = durable
         self._create_write_segment(max(self._segments, default=0) + 1)
         self._move_cursor(next(iter(self._segments.values())))
 
@@ -220,6 +223,8 @@ class SegmentStore:
         self._last_push_id = message_id
         self._last_push_end = message_id + size
         self._last_push_body_size = len(body)
+        if message.timestamp:  # else the stored copy got a time the object lacks
+            self._recent.add(message_id, message, size)
         if len(self._write_buffer) > _WRITE_BUFFER_LIMIT:
             self._write_out()
         return message_id
@@ -237,9 +242,14 @@ class SegmentStore:
             return message_id, message, True
         if not self._ready:
             return None
-        buffer, offset, size = self._peek()
         message_id = self._cursor_id
-        message = decode_record(buffer, offset)
+        recent = self._recent.pop(message_id) if message_id & _POSITION_MASK != self._next_skip else None
+        if recent is not None:
+            message, size = recent
+        else:
+            buffer, offset, size = self._peek()
+            message_id = self._cursor_id
+            message = decode_record(buffer, offset)
         self._advance(size)
         self._ready -= 1
         self._ready_bytes -= len(message.body)
@@ -260,6 +270,7 @@ class SegmentStore:
 
         The id must be ready: the store does not search its heap to check.
         """
+        self._recent.pop(message_id)
         segment = self._segments[message_id >> 32]
         position = message_id & _POSITION_MASK
         buffer, offset, _ = self._locate(segment, position, self._random_reader)
@@ -288,6 +299,7 @@ class SegmentStore:
             self._cursor_id = self._last_push_end
             self._ready -= 1
             self._ready_bytes -= self._last_push_body_size
+            self._recent.pop(message_id)
             return
         if self._ready == self._requeued_ready:
             raise ValueError(f"message {message_id:#x} is not next in line: none is")
@@ -337,6 +349,7 @@ class SegmentStore:
         count = self._ready
         if not count:
             return 0
+        self._recent.clear()
         if self._write_end > FILE_HEADER_SIZE:
             self._roll()  # now every ready record lies in a segment that may be deleted
         later = [segment for segment in self._segments.values() if segment.id > self._cursor.id]
@@ -481,8 +494,7 @@ class SegmentStore:
     # -- files -----------------------------------------------------------------------------
 
     def _create_write_segment(self, segment_id: int) -> None:
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND
-        fd = os.open(segment_path(self.path, segment_id), flags, 0o644)
+        fd = self._open_segment_file(segment_id) if self.durable else -1
         segment = _Segment(segment_id, fd, 0, 0, array("I"))
         self._segments[segment_id] = segment
         self._write = segment
@@ -503,9 +515,19 @@ class SegmentStore:
         if not old.live:
             self._delete_segment(old)
 
+    def _open_segment_file(self, segment_id: int) -> int:
+        if not self._dir_made:  # a non-durable store: start from an empty directory
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path.mkdir(parents=True)
+            self._dir_made = True
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        return os.open(segment_path(self.path, segment_id), flags, 0o644)
+
     def _write_out(self) -> None:
         buffer = self._write_buffer
         if buffer:
+            if self._write.fd < 0:
+                self._write.fd = self._open_segment_file(self._write.id)
             _write_fully(self._write.fd, buffer)
             self._write.size += len(buffer)
             buffer.clear()
@@ -514,8 +536,10 @@ class SegmentStore:
         del self._segments[segment.id]
         if self._cursor is segment:
             self._move_cursor(self._segment_after(segment))
-        os.unlink(segment_path(self.path, segment.id))
-        fds = [segment.fd]
+        fds = []
+        if segment.fd >= 0:  # else never written: there is no file
+            os.unlink(segment_path(self.path, segment.id))
+            fds.append(segment.fd)
         if segment.ack_fd >= 0:
             os.unlink(ack_path(self.path, segment.id))
             fds.append(segment.ack_fd)
@@ -529,9 +553,11 @@ class SegmentStore:
                 os.close(fd)
 
     def _close_files(self) -> None:
+        self._recent.clear()
         fds = self._closing_fds + self._retired_fds
         for segment in self._segments.values():
-            fds.append(segment.fd)
+            if segment.fd >= 0:
+                fds.append(segment.fd)
             if segment.ack_fd >= 0:
                 fds.append(segment.ack_fd)
             segment.fd = segment.ack_fd = -1
