@@ -24,8 +24,9 @@ from lavin.errors import (
 )
 from lavin.broker.arguments import field_type
 from lavin.message import Message
-from lavin.storage.disk import fsync_directory
+from lavin.storage.disk import ensure_directory, fsync_directory, recreate_directory
 from lavin.storage.record import message_priority
+from lavin.storage.segment_files import list_ids
 from lavin.storage.segment_store import SegmentStore
 from lavin.storage.stream_store import Retention, StreamStore
 
@@ -327,9 +328,12 @@ __all__ = [
     "StreamType",
     "User",
     "destination_identity",
+    "ensure_directory",
     "field_type",
     "fsync_directory",
     "hookimpl",
+    "list_ids",
     "message_priority",
     "parse_duration",
+    "recreate_directory",
 ]

@@ -231,14 +231,21 @@ class Queue:
         return None
 
     def schedule_drain(self) -> None:
-        if not self._drain_scheduled and self.consumers and len(self.store):
+        """Deliver in a later loop step, at most one drain pending at a time."""
+        if not self._drain_scheduled and self._can_deliver():
             self._drain_scheduled = True
             self.loop.call_soon(self._drain)
 
     def _drain(self) -> None:
         self._drain_scheduled = False
-        if self.deleted:
-            return
+        if not self.deleted:
+            self._deliver_batch()
+
+    def _can_deliver(self) -> bool:
+        return bool(self.consumers) and bool(len(self.store))
+
+    def _deliver_batch(self) -> None:
+        """Up to DRAIN_BATCH deliveries; a full batch schedules the next drain."""
         store = self.store
         delivered = 0
         while delivered < DRAIN_BATCH:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from lavin import errors
 from lavin.api import Message, StreamCursor, field_type, parse_duration
-from lavin.storage.record import now_ms
+from lavin.storage.record import HEADERS_FLAG, headers_offset, now_ms
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Consumer
@@ -33,9 +33,6 @@ GENERATED_TAG_PREFIX = "amq.ctag-"
 
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
-_HEADERS_FLAG = 0x20  # 0x2000 of the property flag word, in its first byte
-_CONTENT_TYPE_FLAG = 0x80
-_CONTENT_ENCODING_FLAG = 0x40
 
 
 def long_field(name: str, value: int) -> bytes:
@@ -55,14 +52,10 @@ def with_offset_header(properties: bytes, offset: int) -> bytes:
     """
     entry = _OFFSET_ENTRY_PREFIX + _I64.pack(offset)
     flags = properties[0]
-    position = 2
-    if flags & _CONTENT_TYPE_FLAG:
-        position += 1 + properties[position]
-    if flags & _CONTENT_ENCODING_FLAG:
-        position += 1 + properties[position]
-    if not flags & _HEADERS_FLAG:
+    position = headers_offset(properties)
+    if not flags & HEADERS_FLAG:
         table = _U32.pack(len(entry)) + entry
-        return bytes((flags | _HEADERS_FLAG,)) + properties[1:position] + table + properties[position:]
+        return bytes((flags | HEADERS_FLAG,)) + properties[1:position] + table + properties[position:]
     size = _U32.unpack_from(properties, position)[0]
     end = position + 4 + size
     table = _U32.pack(size + len(entry)) + properties[position + 4 : end] + entry

@@ -179,19 +179,14 @@ class StreamQueue(Queue):
         self._offsets.store(tag, offset)
         self._mark_dirty(self)
 
-    def schedule_drain(self) -> None:
-        if self._drain_scheduled or self.deleted:
-            return
+    def _can_deliver(self) -> bool:
+        if self.deleted:
+            return False
         committed = self._committed
         readers = self._readers
-        if any(readers[consumer].has_pending(committed) for consumer in self.consumers):
-            self._drain_scheduled = True
-            self.loop.call_soon(self._drain)
+        return any(readers[consumer].has_pending(committed) for consumer in self.consumers)
 
-    def _drain(self) -> None:
-        self._drain_scheduled = False
-        if self.deleted:
-            return
+    def _deliver_batch(self) -> None:
         committed = self._committed
         unfinished = False
         for consumer in list(self.consumers):

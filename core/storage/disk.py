@@ -4,12 +4,32 @@ directory is synced too."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 
+def open_directory(directory: Path) -> int:
+    """A read-only fd of `directory`, for fsync."""
+    return os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+
+
 def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    fd = open_directory(directory)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def ensure_directory(directory: Path) -> None:
+    """Create `directory` unless it exists, and sync its parent so that it stays."""
+    if not directory.exists():
+        directory.mkdir(parents=True)
+        fsync_directory(directory.parent)
+
+
+def recreate_directory(directory: Path) -> None:
+    """An empty `directory` for data that need not survive a restart: whatever an earlier
+    run left there goes."""
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)

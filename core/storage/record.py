@@ -24,6 +24,7 @@ from lavin.message import Message
 FORMAT_VERSION = 1
 FILE_HEADER = struct.Struct("<I")
 FILE_HEADER_SIZE = FILE_HEADER.size
+FILE_HEADER_BYTES = FILE_HEADER.pack(FORMAT_VERSION)
 
 HEADER_SIZE = 9  # length, crc32, flags
 FLAG_PERSISTENT = 0x01
@@ -64,19 +65,26 @@ def now_ms() -> int:
 
 # Bits of the property flag word's first byte. Message.persistent and Message.props decode
 # every property; the readers below run for each stored message and allocate nothing.
-_CONTENT_TYPE, _CONTENT_ENCODING, _HEADERS, _DELIVERY_MODE, _PRIORITY = 0x80, 0x40, 0x20, 0x10, 0x08
-_SIZED_FIELDS = _CONTENT_TYPE | _CONTENT_ENCODING | _HEADERS
+_CONTENT_TYPE, _CONTENT_ENCODING, HEADERS_FLAG, _DELIVERY_MODE, _PRIORITY = 0x80, 0x40, 0x20, 0x10, 0x08
+_SIZED_FIELDS = _CONTENT_TYPE | _CONTENT_ENCODING | HEADERS_FLAG
 
 
-def _after_sized_fields(properties: bytes) -> int:
-    """Offset of delivery_mode, just past content_type, content_encoding and headers."""
+def headers_offset(properties: bytes) -> int:
+    """Offset of the headers table (or of where it would go), just past the flag word,
+    content_type and content_encoding."""
     flags = properties[0]
     offset = 2
     if flags & _CONTENT_TYPE:
         offset += 1 + properties[offset]
     if flags & _CONTENT_ENCODING:
         offset += 1 + properties[offset]
-    if flags & _HEADERS:
+    return offset
+
+
+def _after_sized_fields(properties: bytes) -> int:
+    """Offset of delivery_mode, just past content_type, content_encoding and headers."""
+    offset = headers_offset(properties)
+    if properties[0] & HEADERS_FLAG:
         offset += 4 + _WIRE_U32.unpack_from(properties, offset)[0]
     return offset
 
@@ -97,6 +105,15 @@ def message_priority(properties: bytes) -> int:
     if properties[0] & _DELIVERY_MODE:
         offset += 1
     return properties[offset] if offset < len(properties) else 0
+
+
+def prepare_record(message: Message) -> tuple[bytes, bytes, int]:
+    """The exchange and routing key as a record stores them, and the size of the message's
+    record: what a store needs to know before `append_record`."""
+    exchange = message.exchange.encode(TEXT_ENCODING, TEXT_ERRORS)
+    routing_key = message.routing_key.encode(TEXT_ENCODING, TEXT_ERRORS)
+    size = FIXED_SIZE + len(exchange) + len(routing_key) + len(message.properties) + len(message.body)
+    return exchange, routing_key, size
 
 
 def append_record(

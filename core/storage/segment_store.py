@@ -18,42 +18,38 @@ from heapq import heappop, heappush
 from pathlib import Path
 
 from lavin.message import Message
-from lavin.storage.disk import fsync_directory
+from lavin.storage.disk import ensure_directory, open_directory, recreate_directory
 from lavin.storage.recent_messages import RecentMessages
 from lavin.storage.record import (
-    FILE_HEADER,
+    FILE_HEADER_BYTES,
     FILE_HEADER_SIZE,
-    FIXED_SIZE,
     FLAG_PERSISTENT,
-    FORMAT_VERSION,
-    HEADER_SIZE,
-    LENGTH,
-    TEXT_ENCODING,
-    TEXT_ERRORS,
     append_record,
     body_size,
     decode_record,
     is_persistent,
     now_ms,
+    prepare_record,
     record_size,
 )
 from lavin.storage.segment_files import (
     ACK_PREFIX,
-    SEGMENT_PREFIX,
+    ReadWindow,
+    RetiredFds,
     ack_path,
-    list_ids,
+    create_segment_file,
+    list_segments,
     load_acks,
     positions_bytes,
     scan_segment,
     segment_path,
+    write_fully,
 )
 
 DEFAULT_SEGMENT_SIZE = 8 << 20
 _POSITION_MASK = 0xFFFFFFFF
-_READ_AHEAD = 128 << 10
 _WRITE_BUFFER_LIMIT = 1 << 20  # a burst within one tick goes to the OS before it grows further
 _NO_SKIP = -1
-_FILE_HEADER_BYTES = FILE_HEADER.pack(FORMAT_VERSION)
 
 
 class _Segment:
@@ -71,40 +67,6 @@ class _Segment:
         self.pending_acks = array("I")
 
 
-class _ReadAhead:
-    """A window onto one segment file, so that neighbouring reads share one pread."""
-
-    __slots__ = ("data", "segment", "start")
-
-    def __init__(self) -> None:
-        self.segment: _Segment | None = None
-        self.start = 0
-        self.data = b""
-
-    def locate(self, segment: _Segment, position: int) -> tuple[bytes, int, int]:
-        """A buffer holding the whole record at `position`, its offset there, its size."""
-        data = self.data
-        offset = position - self.start
-        if self.segment is segment and 0 <= offset <= len(data) - HEADER_SIZE:
-            size = HEADER_SIZE + LENGTH.unpack_from(data, offset)[0]
-            if offset + size <= len(data):
-                return data, offset, size
-        data = os.pread(segment.fd, _READ_AHEAD, position)
-        size = record_size(data, 0)
-        if size > len(data):
-            data = os.pread(segment.fd, size, position)
-        self.segment, self.start, self.data = segment, position, data
-        return data, 0, size
-
-
-def _write_fully(fd: int, data: bytes | bytearray) -> None:
-    written = os.write(fd, data)
-    if written < len(data):  # only on signals or a full disk
-        with memoryview(data) as view:
-            while written < len(data):
-                written += os.write(fd, view[written:])
-
-
 class SegmentStore:
     """Messages of one queue in `path`: durable stores recover on open, others start empty."""
 
@@ -120,7 +82,6 @@ class SegmentStore:
         "_dir_made",
         "_recent",
         "_acks_dirty",
-        "_closing_fds",
         "_cursor",
         "_cursor_id",
         "_cursor_reader",
@@ -160,8 +121,8 @@ class SegmentStore:
         self._write_buffer = bytearray()  # bytes of the write segment not handed to the OS
         self._recent = RecentMessages()
         self._write_dirty = False  # persistent records in the write segment since the last flush
-        self._cursor_reader = _ReadAhead()
-        self._random_reader = _ReadAhead()
+        self._cursor_reader = ReadWindow()
+        self._random_reader = ReadWindow()
         self._requeued: list[int] = []  # heap of ids before the cursor; its top is never removed
         self._removed_requeued: set[int] = set()  # ids in the heap that `remove` dropped
         self._requeued_ready = 0  # ids in the heap not removed
@@ -174,13 +135,10 @@ class SegmentStore:
         self._acks_dirty: list[_Segment] = []  # segments with pending acks
         self._sync_fds: set[int] = set()  # besides the write segment's: segments rolled over
         self._dir_changed = False  # a file was created since the directory was last synced
-        self._retired_fds: list[int] = []  # fds of deleted segments, closed two flushes later
-        self._closing_fds: list[int] = []
+        self._retired_fds = RetiredFds()
         if durable:
-            if not path.exists():
-                path.mkdir(parents=True)
-                fsync_directory(path.parent)
-            self._dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            ensure_directory(path)
+            self._dir_fd = open_directory(path)
             self._recover()
         else:
             self._dir_fd = -1  # the directory appears with the first write: empty queues cost no files
@@ -192,11 +150,9 @@ class SegmentStore:
 
     def push(self, message: Message) -> int:
         """Append a ready message and return its id."""
-        exchange = message.exchange.encode(TEXT_ENCODING, TEXT_ERRORS)
-        routing_key = message.routing_key.encode(TEXT_ENCODING, TEXT_ERRORS)
+        exchange, routing_key, size = prepare_record(message)
         properties = message.properties
         body = message.body
-        size = FIXED_SIZE + len(exchange) + len(routing_key) + len(properties) + len(body)
         position = self._write_end
         if position + size > self.segment_size and position > FILE_HEADER_SIZE:
             self._roll()
@@ -387,10 +343,7 @@ class SegmentStore:
         were written. The fds stay open until `close`, except those of segments deleted as
         fully acked, which close at the second flush after the deletion.
         """
-        for fd in self._closing_fds:
-            os.close(fd)
-        self._closing_fds = self._retired_fds
-        self._retired_fds = []
+        self._retired_fds.flushing()
         self._write_out()
         if not (self._write_dirty or self._acks_dirty or self._sync_fds):
             return []
@@ -406,7 +359,7 @@ class SegmentStore:
                 flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
                 segment.ack_fd = os.open(ack_path(self.path, segment.id), flags, 0o644)
                 self._dir_changed = True
-            _write_fully(segment.ack_fd, positions_bytes(segment.pending_acks))
+            write_fully(segment.ack_fd, positions_bytes(segment.pending_acks))
             del segment.pending_acks[:]
             sync.add(segment.ack_fd)
         self._acks_dirty.clear()
@@ -429,7 +382,7 @@ class SegmentStore:
 
     # -- cursor ----------------------------------------------------------------------------
 
-    def _locate(self, segment: _Segment, position: int, reader: _ReadAhead) -> tuple[bytes, int, int]:
+    def _locate(self, segment: _Segment, position: int, reader: ReadWindow) -> tuple[bytes, int, int]:
         """A buffer holding the whole record at `position`, its offset there, its size."""
         if position >= segment.size:  # in the write buffer, not handed to the OS yet
             start = position - segment.size
@@ -498,7 +451,7 @@ class SegmentStore:
         segment = _Segment(segment_id, fd, 0, 0, array("I"))
         self._segments[segment_id] = segment
         self._write = segment
-        self._write_buffer += _FILE_HEADER_BYTES
+        self._write_buffer += FILE_HEADER_BYTES
         self._write_end = FILE_HEADER_SIZE
         self._dir_changed = True
 
@@ -517,18 +470,16 @@ class SegmentStore:
 
     def _open_segment_file(self, segment_id: int) -> int:
         if not self._dir_made:  # a non-durable store: start from an empty directory
-            shutil.rmtree(self.path, ignore_errors=True)
-            self.path.mkdir(parents=True)
+            recreate_directory(self.path)
             self._dir_made = True
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND
-        return os.open(segment_path(self.path, segment_id), flags, 0o644)
+        return create_segment_file(self.path, segment_id)
 
     def _write_out(self) -> None:
         buffer = self._write_buffer
         if buffer:
             if self._write.fd < 0:
                 self._write.fd = self._open_segment_file(self._write.id)
-            _write_fully(self._write.fd, buffer)
+            write_fully(self._write.fd, buffer)
             self._write.size += len(buffer)
             buffer.clear()
 
@@ -545,16 +496,15 @@ class SegmentStore:
             fds.append(segment.ack_fd)
         segment.fd = segment.ack_fd = -1
         if self.durable:
-            # The core may still be syncing these fds in another thread.
             self._sync_fds.difference_update(fds)
-            self._retired_fds.extend(fds)
+            self._retired_fds.retire(fds)
         else:
             for fd in fds:
                 os.close(fd)
 
     def _close_files(self) -> None:
         self._recent.clear()
-        fds = self._closing_fds + self._retired_fds
+        fds: list[int] = []
         for segment in self._segments.values():
             if segment.fd >= 0:
                 fds.append(segment.fd)
@@ -565,18 +515,13 @@ class SegmentStore:
             fds.append(self._dir_fd)
             self._dir_fd = -1
         self._segments.clear()
-        self._closing_fds, self._retired_fds = [], []
-        for fd in fds:
-            os.close(fd)
+        self._retired_fds.close_all(fds)
 
     # -- recovery --------------------------------------------------------------------------
 
     def _recover(self) -> None:
         """Rebuild the counts from the files: persistent records not acked are ready."""
-        segment_ids = list_ids(self.path, SEGMENT_PREFIX)
-        for orphan in set(list_ids(self.path, ACK_PREFIX)).difference(segment_ids):
-            ack_path(self.path, orphan).unlink()
-        for segment_id in segment_ids:
+        for segment_id in list_segments(self.path, ACK_PREFIX):
             path = segment_path(self.path, segment_id)
             acks = ack_path(self.path, segment_id)
             has_acks = acks.exists()

@@ -21,7 +21,6 @@ is ignored and the segment is scanned instead.
 from __future__ import annotations
 
 import logging
-import os
 import struct
 import sys
 import zlib
@@ -29,14 +28,8 @@ from array import array
 from bisect import bisect_left
 from pathlib import Path
 
-from lavin.storage.record import (
-    FILE_HEADER,
-    FILE_HEADER_SIZE,
-    FORMAT_VERSION,
-    HEADER_SIZE,
-    LENGTH,
-    check_record,
-)
+from lavin.storage.record import FILE_HEADER_SIZE, HEADER_SIZE
+from lavin.storage.segment_files import numbered_path, scan_records
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +39,6 @@ _MAGIC = b"LSX1"
 _HEADER = struct.Struct("<4sQIIIQQ")
 _CRC = struct.Struct("<I")
 _TIMESTAMP = struct.Struct("<Q")
-_SCAN_CHUNK = 1 << 20
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
 
 
@@ -136,7 +128,7 @@ class SegmentIndex:
 
 
 def index_path(directory: Path, segment_id: int) -> Path:
-    return directory / f"{INDEX_PREFIX}{segment_id:010d}"
+    return numbered_path(directory, INDEX_PREFIX, segment_id)
 
 
 def load_index(path: Path, first_offset: int, segment_size: int) -> SegmentIndex | None:
@@ -158,42 +150,12 @@ def save_index(path: Path, index: SegmentIndex) -> None:
 
 
 def scan_index(fd: int, path: Path, first_offset: int) -> SegmentIndex | None:
-    """Build the index of a segment by validating every record.
-
-    A record that is cut short or fails its crc ends the segment: the file is truncated
-    there. Returns None for a file too short to hold its format header; raises ValueError
-    for an unknown format version.
-    """
-    file_size = os.fstat(fd).st_size
-    header = os.pread(fd, FILE_HEADER_SIZE, 0)
-    if len(header) < FILE_HEADER_SIZE:
-        log.warning("%s: segment without a header; removing it", path)
-        return None
-    if FILE_HEADER.unpack(header)[0] != FORMAT_VERSION:
-        raise ValueError(f"{path}: unsupported segment format version {FILE_HEADER.unpack(header)[0]}")
+    """Build the index of a segment by validating every record; see `scan_records` for
+    damaged files. A truncation is not synced: the stream store syncs every scanned segment
+    it keeps."""
     index = SegmentIndex(first_offset)
-    position = FILE_HEADER_SIZE
-    chunk, chunk_start = memoryview(b""), position
-    problem = ""
-    while position < file_size:
-        offset = position - chunk_start
-        if offset + HEADER_SIZE > len(chunk):
-            chunk, chunk_start, offset = memoryview(os.pread(fd, _SCAN_CHUNK, position)), position, 0
-        if offset + HEADER_SIZE > len(chunk):
-            problem = "truncated"
-            break
-        size = HEADER_SIZE + LENGTH.unpack_from(chunk, offset)[0]
-        if position + size > file_size:
-            problem = "truncated"
-            break
-        if offset + size > len(chunk):
-            chunk, chunk_start, offset = memoryview(os.pread(fd, max(_SCAN_CHUNK, size), position)), position, 0
-        if check_record(chunk, offset) is None:
-            problem = "corrupt"
-            break
-        index.add(position, size, record_timestamp(chunk, offset))
-        position += size
-    if problem:
-        log.warning("%s: %s record at byte %d; truncating the segment there", path, problem, position)
-        os.ftruncate(fd, position)
-    return index
+
+    def add(position: int, chunk: memoryview, offset: int, checked: tuple[int, bool, int]) -> None:
+        index.add(position, checked[0], record_timestamp(chunk, offset))
+
+    return None if scan_records(fd, path, add, sync_truncation=False) is None else index

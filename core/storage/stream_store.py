@@ -27,23 +27,26 @@ from pathlib import Path
 from typing import ClassVar
 
 from lavin.message import Message
-from lavin.storage.disk import fsync_directory
+from lavin.storage.disk import ensure_directory, open_directory
 from lavin.storage.record import (
-    FILE_HEADER,
+    FILE_HEADER_BYTES,
     FILE_HEADER_SIZE,
-    FIXED_SIZE,
     FLAG_PERSISTENT,
-    FORMAT_VERSION,
-    HEADER_SIZE,
-    LENGTH,
-    TEXT_ENCODING,
-    TEXT_ERRORS,
     append_record,
     decode_record,
     is_persistent,
     now_ms,
+    prepare_record,
+    record_size,
 )
-from lavin.storage.segment_files import SEGMENT_PREFIX, list_ids, segment_path
+from lavin.storage.segment_files import (
+    ReadWindow,
+    RetiredFds,
+    create_segment_file,
+    list_segments,
+    segment_path,
+    write_fully,
+)
 from lavin.storage.stream_index import (
     INDEX_PREFIX,
     SegmentIndex,
@@ -60,10 +63,8 @@ DEFAULT_SEGMENT_SIZE = 8 << 20
 FIRST_SEGMENT_FILE = "first_segment"
 _FIRST_SEGMENT = struct.Struct("<QQ")  # segment id, its first offset; then a crc32 of both
 _CRC = struct.Struct("<I")
-_READ_AHEAD = 128 << 10
 _WRITE_BUFFER_LIMIT = 1 << 20
 _NEVER = 1 << 64  # sorts after every timestamp: the empty segment being written
-_FILE_HEADER_BYTES = FILE_HEADER.pack(FORMAT_VERSION)
 
 
 @dataclass(frozen=True)
@@ -84,35 +85,6 @@ class _Segment:
         self.index = index
 
 
-class _Window:
-    """Bytes of one segment around the last read, so that neighbouring records share a pread.
-
-    Keyed by the segment, not its fd: the fd number of a deleted segment is reused.
-    """
-
-    __slots__ = ("data", "segment", "start")
-
-    def __init__(self) -> None:
-        self.segment: _Segment | None = None
-        self.start = 0
-        self.data = b""
-
-    def record(self, segment: _Segment, position: int) -> tuple[bytes, int, int]:
-        """(buffer, offset in it, size) of the whole record at `position`."""
-        offset = position - self.start
-        data = self.data
-        if segment is self.segment and 0 <= offset <= len(data) - HEADER_SIZE:
-            size = HEADER_SIZE + LENGTH.unpack_from(data, offset)[0]
-            if offset + size <= len(data):
-                return data, offset, size
-        data = os.pread(segment.fd, _READ_AHEAD, position)
-        size = HEADER_SIZE + LENGTH.unpack_from(data, 0)[0]
-        if size > len(data):
-            data = os.pread(segment.fd, size, position)
-        self.segment, self.start, self.data = segment, position, data
-        return data, 0, size
-
-
 class LogCursor:
     """One reader's position in the log: sequential reads cost one pread per 128 KiB."""
 
@@ -122,7 +94,7 @@ class LogCursor:
         self._store = store
         self._segment: _Segment | None = None  # found lazily: the offset may not exist yet
         self._position = 0
-        self._window = _Window()
+        self._window = ReadWindow()
         self.offset = offset
 
     def next(self, limit: int) -> tuple[int, Message] | None:
@@ -170,12 +142,9 @@ class StreamStore:
         self._last_timestamp = 0
         self._sync_fds: set[int] = set()
         self._dir_changed = False
-        self._retired_fds: list[int] = []  # of deleted segments, closed two flushes later
-        self._closing_fds: list[int] = []
-        if not path.exists():
-            path.mkdir(parents=True)
-            fsync_directory(path.parent)
-        self._dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        self._retired_fds = RetiredFds()
+        ensure_directory(path)
+        self._dir_fd = open_directory(path)
         next_id = self._recover()
         self._create_write_segment(next_id)
 
@@ -183,19 +152,16 @@ class StreamStore:
 
     def push(self, message: Message) -> int:
         """Append a message; return its offset."""
-        exchange = message.exchange.encode(TEXT_ENCODING, TEXT_ERRORS)
-        routing_key = message.routing_key.encode(TEXT_ENCODING, TEXT_ERRORS)
-        properties = message.properties
-        body = message.body
-        size = FIXED_SIZE + len(exchange) + len(routing_key) + len(properties) + len(body)
+        exchange, routing_key, size = prepare_record(message)
         position = self._write_end
         if position + size > self.segment_size and position > FILE_HEADER_SIZE:
             self._roll()
             position = FILE_HEADER_SIZE
         # Never earlier than the previous record, so that timestamps can be searched.
         timestamp = max(message.timestamp or now_ms(), self._last_timestamp)
+        properties = message.properties
         flags = FLAG_PERSISTENT if is_persistent(properties) else 0
-        append_record(self._write_buffer, timestamp, exchange, routing_key, properties, body, flags)
+        append_record(self._write_buffer, timestamp, exchange, routing_key, properties, message.body, flags)
         self._last_timestamp = timestamp
         self._write.index.add(position, size, timestamp)
         self._write_end = position + size
@@ -209,9 +175,7 @@ class StreamStore:
 
     def flush(self) -> list[int]:
         """Hand buffered records to the OS; return the fds to fsync before `synced`."""
-        for fd in self._closing_fds:
-            os.close(fd)
-        self._closing_fds, self._retired_fds = self._retired_fds, []
+        self._retired_fds.flushing()
         self._write_out()
         fds, self._sync_fds = self._sync_fds, set()
         if self._write_dirty:
@@ -303,7 +267,7 @@ class StreamStore:
             return self._end_offset
         segment = segments[found]
         offset, position = segment.index.entry_for_timestamp(timestamp)
-        window = _Window()
+        window = ReadWindow()
         while offset < segment.index.end_offset:
             buffer, start, size = self._locate(segment, position, window)
             if record_timestamp(buffer, start) >= timestamp:
@@ -315,7 +279,7 @@ class StreamStore:
     def _segment_for(self, offset: int) -> _Segment:
         return self._segments[bisect_right(self._segments, offset, key=lambda s: s.index.first_offset) - 1]
 
-    def _position_of(self, segment: _Segment, offset: int, window: _Window) -> int:
+    def _position_of(self, segment: _Segment, offset: int, window: ReadWindow) -> int:
         """Byte position of `offset` in its segment: from the nearest index entry, walk."""
         entry_offset, position = segment.index.entry_for_offset(offset)
         while entry_offset < offset:
@@ -323,13 +287,13 @@ class StreamStore:
             entry_offset += 1
         return position
 
-    def _locate(self, segment: _Segment, position: int, window: _Window) -> tuple[bytes, int, int]:
+    def _locate(self, segment: _Segment, position: int, window: ReadWindow) -> tuple[bytes, int, int]:
         """(buffer, offset in it, size) of the record at `position` of `segment`."""
         if segment is self._write and position >= self._written_bytes:  # not handed to the OS yet
             start = position - self._written_bytes
-            size = HEADER_SIZE + LENGTH.unpack_from(self._write_buffer, start)[0]
+            size = record_size(self._write_buffer, start)
             return bytes(self._write_buffer[start : start + size]), 0, size
-        return window.record(segment, position)
+        return window.locate(segment, position)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -351,12 +315,11 @@ class StreamStore:
     # -- files -----------------------------------------------------------------------------
 
     def _create_write_segment(self, segment_id: int) -> None:
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND
-        fd = os.open(segment_path(self.path, segment_id), flags, 0o644)
+        fd = create_segment_file(self.path, segment_id)
         segment = _Segment(segment_id, fd, SegmentIndex(self._end_offset))
         self._segments.append(segment)
         self._write = segment
-        self._write_buffer += _FILE_HEADER_BYTES
+        self._write_buffer += FILE_HEADER_BYTES
         self._written_bytes = 0
         self._write_end = FILE_HEADER_SIZE
         self._bytes += FILE_HEADER_SIZE
@@ -375,14 +338,11 @@ class StreamStore:
         if not buffer:
             return
         fd = self._write.fd
-        with memoryview(buffer) as view:
-            written = 0
-            try:
-                while written < len(view):  # short writes happen only on signals or a full disk
-                    written += os.write(fd, view[written:])
-            except OSError:
-                os.ftruncate(fd, self._written_bytes)  # the whole buffer is written again later
-                raise
+        try:
+            write_fully(fd, buffer)
+        except OSError:
+            os.ftruncate(fd, self._written_bytes)  # the whole buffer is written again later
+            raise
         self._written_bytes += len(buffer)
         buffer.clear()
         self._written_offset = self._end_offset
@@ -396,9 +356,8 @@ class StreamStore:
             os.unlink(segment_path(self.path, segment.id))
             index_path(self.path, segment.id).unlink(missing_ok=True)
             self._bytes -= segment.index.size
-            # The core may still be syncing this fd in another thread.
             self._sync_fds.discard(segment.fd)
-            self._retired_fds.append(segment.fd)
+            self._retired_fds.retire((segment.fd,))
             segment.fd = -1
         del segments[:count]
 
@@ -427,25 +386,20 @@ class StreamStore:
         return segment_id, first_offset
 
     def _close_files(self) -> None:
-        fds = self._closing_fds + self._retired_fds
-        fds.extend(segment.fd for segment in self._segments)
+        fds = [segment.fd for segment in self._segments]
         for segment in self._segments:
             segment.fd = -1
         if self._dir_fd >= 0:
             fds.append(self._dir_fd)
             self._dir_fd = -1
         self._segments.clear()
-        self._closing_fds, self._retired_fds = [], []
-        for fd in fds:
-            os.close(fd)
+        self._retired_fds.close_all(fds)
 
     # -- recovery --------------------------------------------------------------------------
 
     def _recover(self) -> int:
         """Number the kept segments from `first_segment`; return the id for the next one."""
-        segment_ids = list_ids(self.path, SEGMENT_PREFIX)
-        for orphan in set(list_ids(self.path, INDEX_PREFIX)).difference(segment_ids):
-            index_path(self.path, orphan).unlink()
+        segment_ids = list_segments(self.path, INDEX_PREFIX)
         first = self._load_first_segment()
         if first is None:
             if segment_ids:

@@ -8,7 +8,6 @@ every id names its level and ids never collide across levels.
 
 from __future__ import annotations
 
-import os
 import shutil
 from bisect import insort
 from collections.abc import Callable, Iterable
@@ -22,8 +21,10 @@ from lavin.api import (
     PreconditionFailed,
     QueueType,
     SegmentStore,
-    fsync_directory,
+    ensure_directory,
+    list_ids,
     message_priority,
+    recreate_directory,
 )
 
 MAX_SUPPORTED_PRIORITY = 255
@@ -56,13 +57,8 @@ def max_priority_argument(value: object) -> int:
 
 
 def _existing_levels(path: Path) -> list[int]:
-    levels = []
-    for name in os.listdir(path):
-        digits = name[len(_LEVEL_PREFIX) :]
-        if name.startswith(_LEVEL_PREFIX) and len(digits) == 3 and digits.isdigit():
-            if int(digits) <= MAX_SUPPORTED_PRIORITY:  # a higher one would not fit in an id
-                levels.append(int(digits))
-    return levels
+    """The levels with a directory, ascending; a level above 255 would not fit in an id."""
+    return [level for level in list_ids(path, _LEVEL_PREFIX, digits=3) if level <= MAX_SUPPORTED_PRIORITY]
 
 
 class PriorityQueue(QueueType):
@@ -78,13 +74,10 @@ class PriorityQueue(QueueType):
         self._ready = 0
         self._ready_bytes = 0
         if not durable:
-            shutil.rmtree(path, ignore_errors=True)
-            path.mkdir(parents=True)
+            recreate_directory(path)
             return
-        if not path.exists():
-            path.mkdir(parents=True)
-            fsync_directory(path.parent)
-        for level in sorted(_existing_levels(path)):
+        ensure_directory(path)
+        for level in _existing_levels(path):
             store = self._open_level(level)
             if not len(store):  # nothing survived: no need to hold its files open
                 store.delete()
