@@ -21,6 +21,16 @@ def publish_burst(conn: WireConnection, channel: int, queue: str, count: int) ->
     conn.send_raw(one * count)
 
 
+def consume_on_channel_1(conn: WireConnection, queue: str, prefetch: int) -> None:
+    """An exclusive queue with a manual-ack consumer on channel 1."""
+    conn.send(commands.Queue.Declare(queue=queue, exclusive=True), 1)
+    conn.expect(commands.Queue.DeclareOk, channel=1)
+    conn.send(commands.Basic.Qos(prefetch_count=prefetch), 1)
+    conn.expect(commands.Basic.QosOk, channel=1)
+    conn.send(commands.Basic.Consume(queue=queue), 1)
+    conn.expect(commands.Basic.ConsumeOk, channel=1)
+
+
 def ready_count(conn: WireConnection, channel: int, queue: str) -> int:
     """A passive declare answered proves the broker kept reading this connection."""
     conn.send(commands.Queue.Declare(queue=queue, passive=True), channel)
@@ -36,12 +46,7 @@ def test_a_connection_that_publishes_and_consumes_with_a_full_prefetch_keeps_bei
 ) -> None:
     queue = f"flow-{uuid.uuid4().hex[:8]}"
     with connect(broker.port, channels=(1, 2)) as conn:
-        conn.send(commands.Queue.Declare(queue=queue, exclusive=True), 1)
-        conn.expect(commands.Queue.DeclareOk, channel=1)
-        conn.send(commands.Basic.Qos(prefetch_count=20), 1)
-        conn.expect(commands.Basic.QosOk, channel=1)
-        conn.send(commands.Basic.Consume(queue=queue), 1)
-        conn.expect(commands.Basic.ConsumeOk, channel=1)
+        consume_on_channel_1(conn, queue, prefetch=20)
         publish_burst(conn, 2, queue, BURST)
         assert ready_count(conn, 2, queue) == BURST - 20
 
@@ -49,12 +54,7 @@ def test_a_connection_that_publishes_and_consumes_with_a_full_prefetch_keeps_bei
 def test_a_publisher_paused_behind_a_backlog_is_resumed(broker: BrokerProcess) -> None:
     queue = f"flow-{uuid.uuid4().hex[:8]}"
     with connect(broker.port, channels=(1, 2)) as conn:
-        conn.send(commands.Queue.Declare(queue=queue, exclusive=True), 1)
-        conn.expect(commands.Queue.DeclareOk, channel=1)
-        conn.send(commands.Basic.Qos(prefetch_count=1), 1)
-        conn.expect(commands.Basic.QosOk, channel=1)
-        conn.send(commands.Basic.Consume(queue=queue), 1)
-        conn.expect(commands.Basic.ConsumeOk, channel=1)
+        consume_on_channel_1(conn, queue, prefetch=1)
         publish_burst(conn, 2, queue, BURST)  # the consumer holds one, the rest is backlog
         first = conn.expect(commands.Basic.Deliver, channel=1)
         # In one read: the ack lets the consumer take more, then publishes land on a
