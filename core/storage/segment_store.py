@@ -19,7 +19,6 @@ from pathlib import Path
 
 from lavin.message import Message
 from lavin.storage.disk import ensure_directory, open_directory, recreate_directory
-from lavin.storage.recent_messages import RecentMessages
 from lavin.storage.record import (
     FILE_HEADER_BYTES,
     FILE_HEADER_SIZE,
@@ -80,7 +79,6 @@ class SegmentStore:
 
     __slots__ = (
         "_dir_made",
-        "_recent",
         "_acks_dirty",
         "_cursor",
         "_cursor_id",
@@ -119,7 +117,6 @@ class SegmentStore:
         self.segment_size = segment_size
         self._segments: dict[int, _Segment] = {}  # ascending ids: insertion order
         self._write_buffer = bytearray()  # bytes of the write segment not handed to the OS
-        self._recent = RecentMessages()
         self._write_dirty = False  # persistent records in the write segment since the last flush
         self._cursor_reader = ReadWindow()
         self._random_reader = ReadWindow()
@@ -179,8 +176,6 @@ class SegmentStore:
         self._last_push_id = message_id
         self._last_push_end = message_id + size
         self._last_push_body_size = len(body)
-        if message.timestamp:  # else the stored copy got a time the object lacks
-            self._recent.add(message_id, message, size)
         if len(self._write_buffer) > _WRITE_BUFFER_LIMIT:
             self._write_out()
         return message_id
@@ -198,14 +193,9 @@ class SegmentStore:
             return message_id, message, True
         if not self._ready:
             return None
+        buffer, offset, size = self._peek()
         message_id = self._cursor_id
-        recent = self._recent.pop(message_id) if message_id & _POSITION_MASK != self._next_skip else None
-        if recent is not None:
-            message, size = recent
-        else:
-            buffer, offset, size = self._peek()
-            message_id = self._cursor_id
-            message = decode_record(buffer, offset)
+        message = decode_record(buffer, offset)
         self._advance(size)
         self._ready -= 1
         self._ready_bytes -= len(message.body)
@@ -226,7 +216,6 @@ class SegmentStore:
 
         The id must be ready: the store does not search its heap to check.
         """
-        self._recent.pop(message_id)
         segment = self._segments[message_id >> 32]
         position = message_id & _POSITION_MASK
         buffer, offset, _ = self._locate(segment, position, self._random_reader)
@@ -255,7 +244,6 @@ class SegmentStore:
             self._cursor_id = self._last_push_end
             self._ready -= 1
             self._ready_bytes -= self._last_push_body_size
-            self._recent.pop(message_id)
             return
         if self._ready == self._requeued_ready:
             raise ValueError(f"message {message_id:#x} is not next in line: none is")
@@ -305,7 +293,6 @@ class SegmentStore:
         count = self._ready
         if not count:
             return 0
-        self._recent.clear()
         if self._write_end > FILE_HEADER_SIZE:
             self._roll()  # now every ready record lies in a segment that may be deleted
         later = [segment for segment in self._segments.values() if segment.id > self._cursor.id]
@@ -503,7 +490,6 @@ class SegmentStore:
                 os.close(fd)
 
     def _close_files(self) -> None:
-        self._recent.clear()
         fds: list[int] = []
         for segment in self._segments.values():
             if segment.fd >= 0:
