@@ -98,6 +98,14 @@ BAD_INPUTS = {
         "FRAME_ERROR - cannot decode ",
         failing_method=QUEUE_DECLARE,
     ),
+    "truncated-publish": BadInput(
+        raw_frame(
+            FRAME_METHOD, CHANNEL, method_payload(commands.Basic.Publish(exchange="", routing_key=QUEUE))[:-2]
+        ),
+        501,
+        "FRAME_ERROR - cannot decode ",
+        failing_method=BASIC_PUBLISH,
+    ),
     "body-longer-than-body-size": BadInput(
         PUBLISH
         + content_header_frame(CHANNEL, 5)

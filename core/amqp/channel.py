@@ -172,18 +172,29 @@ class Channel:
             self.connection.channel_closed(self)
 
     def _start_publish(self, payload: bytes) -> None:
-        offset = 6  # class, method, ticket
-        size = payload[offset]
-        exchange = payload[offset + 1 : offset + 1 + size].decode()
-        offset += 1 + size
-        size = payload[offset]
-        routing_key = payload[offset + 1 : offset + 1 + size].decode()
-        offset += 1 + size
-        if offset >= len(payload):
-            raise errors.SyntaxError_("truncated basic.publish")
-        bits = payload[offset]
-        self._publish = (exchange, routing_key, bool(bits & 1))
+        publish = _parse_publish(payload)
+        if publish is None:
+            raise errors.FrameError(f"cannot decode {payload[4:36]!r}", 60, 40)
+        self._publish = publish
         self._expect_header = True
+
+    def publish_whole(self, method: bytes, header: bytes, body: bytes) -> bool:
+        """A publish whose three frames arrived together skips the per-frame state machine.
+
+        Returns False, having changed nothing, when anything is unusual: the frames then take
+        the ordinary path, which gives every error its proper reply.
+        """
+        if self.closing or self._expect_header or self._publish is not None:
+            return False
+        publish = _parse_publish(method)
+        if publish is None or len(header) < 14 or header[0] != 0 or header[1] != codec.BASIC_CLASS:
+            return False
+        if len(body) > self.connection.broker.config.max_message_size:
+            return False
+        self._publish = publish
+        self._properties = header[12:]
+        self._complete_publish(body)
+        return True
 
     def on_header(self, payload: bytes) -> None:
         if self.closing:
@@ -558,6 +569,21 @@ class Channel:
         self._publish = None
         self._body_parts = []
 
+
+
+def _parse_publish(payload: bytes) -> tuple[str, str, bool] | None:
+    """(exchange, routing key, mandatory) of a basic.publish payload, None when malformed."""
+    try:
+        offset = 6  # class, method, ticket
+        size = payload[offset]
+        exchange = payload[offset + 1 : offset + 1 + size].decode()
+        offset += 1 + size
+        size = payload[offset]
+        routing_key = payload[offset + 1 : offset + 1 + size].decode()
+        offset += 1 + size
+        return exchange, routing_key, bool(payload[offset] & 1)
+    except (IndexError, UnicodeDecodeError):
+        return None
 
 # Handlers need Consumer and Channel; importing them last keeps the cycle harmless.
 from lavin.amqp.handlers import HANDLERS  # noqa: E402

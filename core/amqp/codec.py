@@ -32,6 +32,7 @@ ACK_FRAME = struct.Struct(">BHIIQBB")  # full basic.ack / basic.nack frame
 
 BASIC_CLASS = 60
 BASIC_PUBLISH = 60 << 16 | 40
+BASIC_PUBLISH_ID = b"\x00\x3c\x00\x28"
 BASIC_ACK = 60 << 16 | 80
 BASIC_DELIVER_ID = b"\x00\x3c\x00\x3c"
 BASIC_GET_OK_ID = b"\x00\x3c\x00\x47"
@@ -98,17 +99,16 @@ def deliver_frames(
     size = len(body)
     method_size = 13 + len(consumer_tag) + len(exchange_bytes) + len(routing_key_bytes)
     if size and size <= frame_max - FRAME_OVERHEAD:
-        # The common case spelled out: one join builds all three frames.
-        content: tuple[bytes, ...] = (
-            HEADER_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties), BASIC_CLASS, 0, size),
-            properties,
-            FRAME_END,
-            FRAME_HEAD.pack(FRAME_BODY, channel, size),
-            body,
-            FRAME_END,
-        )
-    else:
-        content = (content_frames(channel, properties, body, frame_max),)
+        # The common case: everything but the body in one pack, with a layout per shape.
+        key = (len(consumer_tag), len(exchange_bytes), len(routing_key_bytes), len(properties))
+        layout = _deliver_layouts.get(key) or _deliver_layout(key)
+        head = layout.pack(
+            FRAME_METHOD, channel, method_size, BASIC_DELIVER_ID, consumer_tag, delivery_tag, redelivered,
+            exchange_bytes, routing_key_bytes, FRAME_END_BYTE,
+            FRAME_HEADER, channel, 12 + len(properties), BASIC_CLASS, 0, size, properties, FRAME_END_BYTE,
+            FRAME_BODY, channel, size,
+        )  # fmt: skip
+        return b"".join((head, body, FRAME_END))
     return b"".join(
         (
             FRAME_HEAD.pack(FRAME_METHOD, channel, method_size),
@@ -118,9 +118,25 @@ def deliver_frames(
             exchange_bytes,
             routing_key_bytes,
             FRAME_END,
-            *content,
+            content_frames(channel, properties, body, frame_max),
         )
     )
+
+
+# Delivery heads by (consumer tag, exchange, routing key, properties) sizes: consumers reuse a
+# handful of shapes; the cap keeps odd traffic from growing the cache without bound.
+_deliver_layouts: dict[tuple[int, int, int, int], struct.Struct] = {}
+_DELIVER_LAYOUTS_MAX = 4096
+
+
+def _deliver_layout(key: tuple[int, int, int, int]) -> struct.Struct:
+    if len(_deliver_layouts) >= _DELIVER_LAYOUTS_MAX:
+        _deliver_layouts.clear()
+    tag, exchange, routing_key, properties = key
+    layout = _deliver_layouts[key] = struct.Struct(
+        f">BHI4s{tag}sQB{exchange}s{routing_key}sB" f"BHIHHQ{properties}sB" "BHI"
+    )
+    return layout
 
 
 def get_ok_frame(

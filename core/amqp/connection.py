@@ -173,6 +173,11 @@ class Connection(asyncio.Protocol):
                     channel.on_header(payload)
                     continue
                 if frame_type == 1 and size >= 4:
+                    if payload[:4] == codec.BASIC_PUBLISH_ID:
+                        content = _content_that_follows(data, offset, end, channel_id, frame_max)
+                        if content is not None and channel.publish_whole(payload, content[0], content[1]):
+                            offset = content[2]
+                            continue
                     channel.on_method(payload)
                     continue
             self._dispatch(frame_type, channel_id, payload)
@@ -483,6 +488,36 @@ def _negotiate(field: str, client_value: int, minimum: int, server_value: int) -
             f"negotiated {field} = {client_value} is higher than the maximum allowed value ({server_value})", 10, 30
         )
     return client_value
+
+
+def _content_that_follows(
+    data: bytes, offset: int, end: int, channel_id: int, frame_max: int
+) -> tuple[bytes, bytes, int] | None:
+    """The content header and single body frame right after a basic.publish, when both are
+    complete and well formed: (header payload, body, offset after them). Anything else,
+    None: the frame loop then handles them one by one."""
+    if end - offset < 7:
+        return None
+    frame_type, channel, size = codec.FRAME_HEAD.unpack_from(data, offset)
+    header_end = offset + 7 + size
+    if frame_type != 2 or channel != channel_id or size < 12 or size + 8 > frame_max or header_end >= end:
+        return None
+    if data[header_end] != 0xCE:
+        return None
+    header = data[offset + 7 : header_end]
+    body_size = codec.U64.unpack_from(header, 4)[0]
+    if not body_size:
+        return header, b"", header_end + 1
+    body_start = header_end + 1
+    if end - body_start < 7:
+        return None
+    frame_type, channel, size = codec.FRAME_HEAD.unpack_from(data, body_start)
+    body_end = body_start + 7 + size
+    if frame_type != 3 or channel != channel_id or size != body_size or size + 8 > frame_max or body_end >= end:
+        return None
+    if data[body_end] != 0xCE:
+        return None
+    return header, data[body_start + 7 : body_end], body_end + 1
 
 
 def _frame_error(frame_type: int, data: bytes, offset: int, reason: str) -> errors.FrameError:
