@@ -469,21 +469,6 @@ def test_reject_and_nack_without_requeue_discard_the_message(
         assert bodies(drain(amqp.channel, queue)) == [b"m-2"]
 
 
-def test_unacked_messages_are_requeued_in_order_when_the_channel_closes(
-    broker: BrokerProcess,
-) -> None:
-    with open_session(broker.url) as amqp:
-        queue = amqp.declare_queue()
-        publish_all(amqp.channel, queue, numbered("m", 4))
-        consuming = amqp.connection.channel()
-        consuming.basic_qos(prefetch_count=3)
-        Consumer(consuming, queue).wait_for(3)
-        consuming.close()
-        assert [(m.body, m.redelivered) for m in drain(amqp.channel, queue)] == [
-            (b"m-1", True), (b"m-2", True), (b"m-3", True), (b"m-4", False),
-        ]
-
-
 def test_unacked_messages_are_requeued_when_the_connection_closes(
     broker: BrokerProcess,
 ) -> None:
