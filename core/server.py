@@ -7,6 +7,7 @@ import fcntl
 import gc
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -28,12 +29,26 @@ GC_YOUNG_THRESHOLD = 50_000  # allocations between young collections (Python's d
 def serve(config: Config) -> None:
     """Run the broker until SIGTERM or SIGINT, then shut down gracefully."""
     configure_logging(config.log_level)
+    raise_open_file_limit()
     loop_factory = event_loop_factory(config.loop)
     with data_dir_lock(config.data_dir):
         registry = load_registry(config.plugins)
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(run_broker(config, registry))
     log.info("Stopped")
+
+
+def raise_open_file_limit() -> None:
+    """Every connection and every queue holding messages needs file descriptors: take all
+    the system allows this process, as brokers usually do."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:  # an unlimited hard limit may still be refused
+            log.warning("could not raise the open file limit from %s: %s", soft, exc)
+    log.info("Open file limit: %s", soft)
 
 
 def configure_logging(level: str) -> None:
