@@ -17,7 +17,12 @@ from typing import Any
 
 from lavin.bench.load import WorkerFailed
 from lavin.bench.scan import CLOCK_STAMP, SEQUENCE_STAMP
-from lavin.bench.scenarios import consume_only, idle_connections, message_flow, queue_churn
+from lavin.bench.scenarios import (
+    consume_only,
+    idle_connections,
+    message_flow,
+    queue_churn,
+)
 from lavin.bench.wire import DEFAULT_URI, BrokerAddress, ServerClosed
 from lavin.bench.workers import LoadSpec, Stamp
 

@@ -10,12 +10,11 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, TextIO
 
-from pamqp import commands
-
 from lavin.bench.load import run_load
 from lavin.bench.measure import BrokerCpu, own_cpu_seconds, process_rss_kib
 from lavin.bench.wire import AmqpSocket, BrokerAddress, close_all
 from lavin.bench.workers import LoadSpec, Stamp
+from pamqp import commands
 
 CONNECT_BATCH = 100  # connections whose handshakes advance together
 SETTLE_SECONDS = 1.0  # after opening connections, before reading the broker's RSS

@@ -12,10 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pamqp import commands, decode, encode, frame
-from pamqp.common import FieldTable
-from pytest_benchmark.fixture import BenchmarkFixture
-
 from lavin.amqp import codec
 from lavin.amqp.connection import Connection
 from lavin.bench.wire import encode_publish
@@ -23,6 +19,9 @@ from lavin.broker.broker import Broker
 from lavin.config import Config
 from lavin.message import encode_properties
 from lavin.plugin_registry import load_registry
+from pamqp import commands, decode, encode, frame
+from pamqp.common import FieldTable
+from pytest_benchmark.fixture import BenchmarkFixture
 
 BATCH = 1000
 FRAME_MAX = Config().frame_max

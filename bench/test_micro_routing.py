@@ -5,10 +5,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from pytest_benchmark.fixture import BenchmarkFixture
-
 from lavin.message import Message
 from lavin.plugins.exchanges.topic import ROUTE_CACHE_SIZE, TopicExchange
+from pytest_benchmark.fixture import BenchmarkFixture
 
 BINDINGS = 1000
 DISTINCT_KEYS = 10_000  # more than the route cache holds: every lookup walks the trie

@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pytest_benchmark.fixture import BenchmarkFixture
-
 from lavin.message import Message, encode_properties
 from lavin.storage.segment_store import SegmentStore
+from pytest_benchmark.fixture import BenchmarkFixture
 
 BATCH = 1000
 ROUNDS = 200  # fixed, so the store stays a few MB however fast the machine is

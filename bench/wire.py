@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from pamqp import body as pamqp_body, commands, frame as pamqp_frame, header as pamqp_header
+from pamqp import body as pamqp_body
+from pamqp import commands
+from pamqp import frame as pamqp_frame
+from pamqp import header as pamqp_header
 from pamqp.base import Frame as Method
 from pamqp.common import FieldTable
 

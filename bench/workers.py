@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from pamqp import commands
-
 from lavin.bench.measure import own_cpu_seconds
 from lavin.bench.scan import (
     CLOCK_STAMP,
@@ -39,6 +37,7 @@ from lavin.bench.wire import (
     ack_frame,
     encode_publish,
 )
+from pamqp import commands
 
 BATCH = 256  # publishes per write when nothing smaller is due
 MAX_PACING_SLEEP = 0.05  # seconds; a paced producer still notices `stop` quickly

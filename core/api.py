@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NoReturn, Protocol, Self
 
 import pluggy
-
+from lavin.broker.arguments import field_type
 from lavin.errors import (
     AccessRefused,
     AMQPError,
@@ -22,7 +22,6 @@ from lavin.errors import (
     PreconditionFailed,
     ResourceLocked,
 )
-from lavin.broker.arguments import field_type
 from lavin.message import Message
 from lavin.storage.disk import ensure_directory, fsync_directory, recreate_directory
 from lavin.storage.record import message_priority

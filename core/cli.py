@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 from click.core import ParameterSource
-
 from lavin import __version__
 from lavin.config import EVENT_LOOPS, LOG_LEVELS, Config, StartupError, resolve_config
 

@@ -105,7 +105,7 @@ def encode_properties(props: dict[str, Any]) -> bytes:
 class Message:
     """One published message. `properties` is the raw flag word + fields."""
 
-    __slots__ = ("exchange", "routing_key", "properties", "body", "timestamp", "_decoded")
+    __slots__ = ("_decoded", "body", "exchange", "properties", "routing_key", "timestamp")
 
     def __init__(
         self, exchange: str, routing_key: str, properties: bytes, body: bytes, timestamp: int = 0

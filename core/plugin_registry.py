@@ -15,12 +15,11 @@ from types import MappingProxyType, ModuleType
 from typing import Any, NoReturn, TypeVar
 
 import pluggy
-from stevedore import ExtensionManager, NamedExtensionManager
-from stevedore.extension import Extension
-
 from lavin import hookspecs
 from lavin.api import AuthBackend, ExchangeType, QueueType
 from lavin.config import StartupError
+from stevedore import ExtensionManager, NamedExtensionManager
+from stevedore.extension import Extension
 
 EXCHANGE_GROUP = "lavin.exchanges"
 QUEUE_GROUP = "lavin.queues"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -51,7 +51,7 @@ def test_properties_and_headers_round_trip(broker: BrokerProcess) -> None:
         "big": 2**40,
         "zero": 0,
         "decimal": Decimal("3.14"),
-        "when": datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+        "when": datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC),
         "nested": {"inner": "value", "depth": {"n": 2}},
         "array": [1, "two", True, None, {"k": "v"}, [3]],
         "nothing": None,

@@ -15,10 +15,9 @@ import pika
 import pytest
 from broker_process import BrokerProcess, free_port, hermetic_env
 from click.testing import CliRunner
-from pika.exceptions import ConnectionClosedByBroker
-
 from lavin import cli
 from lavin.config import Config, StartupError, read_config_file, resolve_config
+from pika.exceptions import ConnectionClosedByBroker
 
 BUILT_IN_PLUGINS = {
     ("lavin.exchanges", "direct"),

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pika
 import pytest
 from broker_process import BrokerProcess
-from helpers import closes_channel, get_message, open_session, process_until, round_trip, wait_until
+from helpers import (
+    closes_channel,
+    get_message,
+    open_session,
+    process_until,
+    round_trip,
+    wait_until,
+)
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import uuid
 
-from amqp_wire import WireConnection, connect, content_body_frame, content_header_frame, method_frame
+from amqp_wire import (
+    WireConnection,
+    connect,
+    content_body_frame,
+    content_header_frame,
+    method_frame,
+)
 from broker_process import BrokerProcess
 from pamqp import commands
 

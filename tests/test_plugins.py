@@ -17,10 +17,14 @@ from typing import Any
 import pika
 import pytest
 from broker_process import BrokerFactory, hermetic_env
-from stevedore.extension import Extension
-
 from lavin.api import ExchangeType, QueueType, hookimpl
-from lavin.plugin_registry import PluginError, checked_class, load_hook_plugins, load_registry
+from lavin.plugin_registry import (
+    PluginError,
+    checked_class,
+    load_hook_plugins,
+    load_registry,
+)
+from stevedore.extension import Extension
 
 TESTS_DIR = Path(__file__).resolve().parent
 SAMPLE_PACKAGE = TESTS_DIR / "plugin_pkgs" / "lavin-sample-exchange"

@@ -355,9 +355,8 @@ def test_consumer_is_cancelled_when_its_queue_is_deleted(broker: BrokerProcess) 
 def test_reply_text_longer_than_255_bytes_is_cut_with_an_ellipsis(broker: BrokerProcess) -> None:
     name = "q" * 250
     full = not_found_text("queue", name)
-    with open_session(broker.url) as amqp:
-        with closes_channel(404, full[:252] + "..."):
-            amqp.channel.queue_declare(name, passive=True)
+    with open_session(broker.url) as amqp, closes_channel(404, full[:252] + "..."):
+        amqp.channel.queue_declare(name, passive=True)
 
 
 def test_nowait_queue_methods_send_no_reply(broker: BrokerProcess) -> None:

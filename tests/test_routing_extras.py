@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 from broker_process import BrokerProcess
-from helpers import Session, bodies, closes_channel, drain, open_session, round_trip, unique_name
+from helpers import (
+    Session,
+    bodies,
+    closes_channel,
+    drain,
+    open_session,
+    round_trip,
+    unique_name,
+)
 from pika.exceptions import UnroutableError
 from pika.spec import BasicProperties
 

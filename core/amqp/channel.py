@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import struct
 import time
-from itertools import takewhile
 from collections.abc import Callable, Iterable
+from itertools import takewhile
 from typing import TYPE_CHECKING, Any, Protocol
-
-from pamqp import commands
 
 from lavin import errors
 from lavin.amqp import codec
@@ -21,6 +19,7 @@ from lavin.amqp.stream_info import stream_info_reply
 from lavin.api import Message
 from lavin.broker.expiry import message_expiration
 from lavin.broker.queue import BEHIND, NEEDS_SYNC, REJECTED, STORED
+from pamqp import commands
 
 if TYPE_CHECKING:
     from lavin.amqp.connection import Connection
@@ -50,7 +49,16 @@ Unacked = tuple[Settles, int, "Consumer | None"]
 
 class Consumer:
     __slots__ = (
-        "channel", "queue", "tag", "tag_bytes", "no_ack", "exclusive", "prefetch", "unacked", "arguments", "priority"
+        "arguments",
+        "channel",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "priority",
+        "queue",
+        "tag",
+        "tag_bytes",
+        "unacked"
     )
 
     def __init__(
@@ -586,4 +594,4 @@ def _parse_publish(payload: bytes) -> tuple[str, str, bool] | None:
         return None
 
 # Handlers need Consumer and Channel; importing them last keeps the cycle harmless.
-from lavin.amqp.handlers import HANDLERS  # noqa: E402
+from lavin.amqp.handlers import HANDLERS

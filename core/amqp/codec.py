@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import struct
 
-from pamqp import commands, frame as pamqp_frame
+from pamqp import commands
+from pamqp import frame as pamqp_frame
 from pamqp.base import Frame as PamqpMethod
 
 FRAME_METHOD = 1

@@ -12,13 +12,13 @@ import platform
 import struct
 from typing import TYPE_CHECKING, Any
 
-from pamqp import commands, decode as pamqp_decode
-
 import lavin
 from lavin import errors
 from lavin.amqp import codec
 from lavin.amqp.channel import Channel
 from lavin.api import User
+from pamqp import commands
+from pamqp import decode as pamqp_decode
 
 if TYPE_CHECKING:
     from lavin.broker.broker import Broker

@@ -10,14 +10,13 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pamqp import commands as c
-
 from lavin import errors
 from lavin.amqp import codec
 from lavin.amqp.channel import Consumer
 from lavin.amqp.direct_reply import PSEUDO_QUEUE
 from lavin.broker.arguments import parse_consumer_priority
 from lavin.broker.stream_queue import StreamQueue
+from pamqp import commands as c
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Channel

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lavin.api import Message
@@ -103,4 +103,4 @@ def _is_cycle(target: str, deaths: list[dict[str, Any]]) -> bool:
 
 
 def _now() -> datetime:
-    return datetime.fromtimestamp(int(time.time()), tz=timezone.utc)
+    return datetime.fromtimestamp(int(time.time()), tz=UTC)

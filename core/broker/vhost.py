@@ -22,7 +22,12 @@ from lavin.broker.default_exchange import DefaultExchangeTable
 from lavin.broker.exchange import Exchange, Target
 from lavin.broker.queue import Queue
 from lavin.broker.stream_queue import StreamQueue, check_stream_declaration
-from lavin.storage.definitions_store import BindingDef, DefinitionsStore, ExchangeDef, QueueDef
+from lavin.storage.definitions_store import (
+    BindingDef,
+    DefinitionsStore,
+    ExchangeDef,
+    QueueDef,
+)
 
 if TYPE_CHECKING:
     from lavin.amqp.connection import Connection

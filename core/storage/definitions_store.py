@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lavin.storage.disk import fsync_directory
 from pamqp import decode as amqp_decode
 from pamqp import encode as amqp_encode
-
-from lavin.storage.disk import fsync_directory
 
 log = logging.getLogger(__name__)
 

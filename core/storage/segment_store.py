@@ -78,13 +78,13 @@ class SegmentStore:
     _dir_fd: int
 
     __slots__ = (
-        "_dir_made",
         "_acks_dirty",
         "_cursor",
         "_cursor_id",
         "_cursor_reader",
         "_dir_changed",
         "_dir_fd",
+        "_dir_made",
         "_last_push_body_size",
         "_last_push_end",
         "_last_push_id",

@@ -32,7 +32,7 @@ def pattern_words(binding_key: str) -> list[str]:
 
 
 class _Node:
-    __slots__ = ("words", "one_word", "any_words", "loops", "targets")
+    __slots__ = ("any_words", "loops", "one_word", "targets", "words")
 
     def __init__(self, loops: bool = False) -> None:
         self.words: dict[str, _Node] = {}

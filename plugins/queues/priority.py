@@ -91,8 +91,7 @@ class PriorityQueue(QueueType):
 
     def push(self, message: Message) -> int:
         level = message_priority(message.properties)
-        if level > self.max_priority:
-            level = self.max_priority
+        level = min(level, self.max_priority)
         store = self._levels.get(level)
         if store is None:
             store = self._open_level(level)

@@ -9,7 +9,6 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import pytest
-
 from lavin.api import ExchangeType, Message, PreconditionFailed
 from lavin.message import encode_properties
 from lavin.plugins.exchanges.direct import DirectExchange

@@ -5,7 +5,6 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 import pytest
-
 from lavin.api import AccessRefused
 from lavin.plugins.auth.guest import GuestAuth
 

@@ -9,7 +9,11 @@ from broker_process import BrokerProcess
 from helpers import Session, open_session, wait_until
 from pyspark_lavin.offsets import DataLossError, OffsetRange
 from pyspark_lavin.options import parse_options
-from pyspark_lavin.range_reader import RangePartition, read_deliveries, read_record_batches
+from pyspark_lavin.range_reader import (
+    RangePartition,
+    read_deliveries,
+    read_record_batches,
+)
 from pyspark_lavin.schema import ROW_SCHEMA
 from pyspark_lavin.stream_info import fetch_stream_bounds
 

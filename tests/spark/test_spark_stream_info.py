@@ -6,7 +6,11 @@ import pytest
 from broker_process import BrokerProcess
 from helpers import open_session, wait_until
 from pyspark_lavin.offsets import StreamBounds
-from pyspark_lavin.stream_info import StreamInfoError, fetch_stream_bounds, parse_stream_bounds
+from pyspark_lavin.stream_info import (
+    StreamInfoError,
+    fetch_stream_bounds,
+    parse_stream_bounds,
+)
 
 
 def test_parse_a_reply() -> None:

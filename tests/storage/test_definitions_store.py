@@ -8,7 +8,6 @@ import logging
 from pathlib import Path
 
 import pytest
-
 from lavin.storage.definitions_store import (
     BindingDef,
     Definitions,

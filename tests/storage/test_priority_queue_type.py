@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from lavin.api import PreconditionFailed, QueueType
 from lavin.message import Message, encode_properties
 from lavin.plugins.queues.priority import PriorityQueue

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from lavin.message import Message, encode_properties
 from lavin.storage.record import is_persistent, message_priority
 from lavin.storage.segment_store import SegmentStore
