@@ -68,16 +68,18 @@ class Broker:
                 user = backend.authenticate(username, password, peer_host)
             except errors.AccessRefused as exc:
                 log.warning("login of user '%s' from %s refused: %s", username, peer_host, exc.text)
-                raise errors.ConnectionAccessRefused(
-                    f"Login was refused using authentication mechanism {mechanism}. "
-                    "For details see the broker logfile."
-                ) from None
+                raise _login_refused(mechanism) from None
             if user is not None:
                 return user
         log.warning("login of unknown user '%s' from %s refused", username, peer_host)
-        raise errors.ConnectionAccessRefused(
-            f"Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
-        )
+        raise _login_refused(mechanism)
 
     def wait_for_sync(self, waiter: SyncWaiter) -> None:
         self.group_commit.wait_for_sync(waiter)
+
+
+def _login_refused(mechanism: str) -> errors.ConnectionAccessRefused:
+    """RabbitMQ's reply to any failed login: the reason goes to the log, not the client."""
+    return errors.ConnectionAccessRefused(
+        f"Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
+    )

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lavin.api import Message
+from lavin.broker.sender_selected import routing_keys_of
 from lavin.message import encode_properties
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     except ValueError:
         return  # unreadable properties were refused at publish; nothing sane to forward
     headers = dict(props.get("headers") or {})
-    routing_keys = _routing_keys(message.routing_key, headers)
+    routing_keys = routing_keys_of(message)  # BCC was stripped at publish: key and CC keys
     deaths = _record_death(queue.name, reason, message, props, headers, routing_keys)
     headers["x-death"] = deaths
     for field, value in (("reason", reason), ("queue", queue.name), ("exchange", message.exchange)):
@@ -60,14 +61,6 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
             )
             continue
         target.publish(copy)
-
-
-def _routing_keys(routing_key: str, headers: dict[str, Any]) -> list[str]:
-    keys = [routing_key]
-    cc = headers.get("CC")
-    if isinstance(cc, list):
-        keys.extend(k.decode() if isinstance(k, (bytes, bytearray)) else str(k) for k in cc)
-    return keys
 
 
 def _record_death(

@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from lavin import errors
 from lavin.api import ExchangeType, Message
 from lavin.broker.deduplication import MessageCache
 from lavin.broker.delayed_store import DelayedMessages
 from lavin.broker.queue import Queue
+from lavin.broker.sender_selected import routing_keys_of, strip_bcc
 
 if TYPE_CHECKING:
     from lavin.broker.vhost import VHost
@@ -145,35 +145,3 @@ class Exchange:
         """The exchange is deleted: its held messages go with it."""
         if self.delayed is not None:
             self.delayed.delete()
-
-
-def routing_keys_of(message: Message) -> list[str]:
-    """The routing key plus the CC and BCC keys (sender-selected distribution).
-
-    Raises 406 when CC or BCC is not an array of strings; leaves the message unchanged.
-    """
-    if len(message.properties) < 2 or not message.properties[0] & _HEADERS_FLAG:
-        return [message.routing_key]
-    headers = message.headers
-    if "CC" not in headers and "BCC" not in headers:
-        return [message.routing_key]
-    keys = [message.routing_key]
-    for name in ("CC", "BCC"):
-        value = headers.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, list) or not all(isinstance(k, (str, bytes)) for k in value):
-            raise errors.PreconditionFailed(f"invalid {name} header: expected an array of strings")
-        keys.extend(k.decode() if isinstance(k, bytes) else k for k in value)
-    return keys
-
-
-def strip_bcc(message: Message) -> None:
-    """Remove the BCC header, which no receiver may see."""
-    if len(message.properties) < 2 or not message.properties[0] & _HEADERS_FLAG:
-        return
-    headers = message.headers
-    if "BCC" in headers:
-        props = dict(message.props)
-        props["headers"] = {key: value for key, value in headers.items() if key != "BCC"}
-        message.replace_properties(props)

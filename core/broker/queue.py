@@ -292,7 +292,7 @@ class Queue:
             item = store.take()
             if item is None:
                 return None
-            message_id, message, redelivered = item
+            message_id, message, _ = item
             if self._may_expire:
                 if self._expired(message):
                     self._discard(message_id, message, "expired")
