@@ -83,15 +83,13 @@ class Consumer:
         self.priority = priority
 
     def can_take(self) -> bool:
-        return self.channel.connection.writable and self.has_credit()
-
-    def has_credit(self) -> bool:
-        """Prefetch allows another delivery (whether or not the socket can take it now)."""
+        channel = self.channel
+        if not channel.connection.writable:
+            return False
         if self.no_ack:
             return True
         if self.prefetch and self.unacked >= self.prefetch:
             return False
-        channel = self.channel
         return not channel.global_prefetch or channel.consumer_unacked < channel.global_prefetch
 
     def deliver(self, queue: Settles, message_id: int, message: Message, redelivered: bool) -> None:
