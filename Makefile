@@ -1,15 +1,18 @@
 # Every target sets up what it needs; a second run skips installs unless inputs changed.
 
 PYTHON ?= python3
+# .venv: an editable install, pure Python (make test, make bench).
+# .venv-installed: a regular install whose hot modules setup.py compiles with mypyc
+# (make serve, make compare, make test-installed).
 VENV := .venv
 INSTALLED_VENV := .venv-installed
-SOURCES := pyproject.toml README.md $(shell find core plugins spark bench -name '*.py' 2>/dev/null)
+SOURCES := pyproject.toml setup.py README.md $(shell find core plugins spark bench -name '*.py' 2>/dev/null)
 ARGS ?=
 
 .PHONY: serve test test-installed bench compare clean
 
-serve: $(VENV)/.installed-run
-	$(VENV)/bin/lavin serve $(ARGS)
+serve: $(INSTALLED_VENV)/.installed-run
+	$(INSTALLED_VENV)/bin/lavin serve $(ARGS)
 
 test: $(VENV)/.installed-test
 	$(VENV)/bin/python -m pytest -q $(ARGS)
@@ -28,31 +31,33 @@ bench: $(VENV)/.installed-bench
 		--benchmark-columns=median,iqr,ops,rounds $(ARGS)
 
 # The same lavin-perf scenarios against Lavin and a private RabbitMQ; see docs/benchmarks.md.
-compare: $(VENV)/.installed-run
+compare: $(INSTALLED_VENV)/.installed-run
 	bench/compare $(ARGS)
 
 %/bin/python:
 	$(PYTHON) -m venv $*
 
 # Editable installs only need redoing when the metadata (deps, entry points) changes.
-$(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
-	$(VENV)/bin/python -m pip install --quiet -e .
-	touch $@
-
 $(VENV)/.installed-bench: pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/python -m pip install --quiet -e '.[bench]'
-	touch $@ $(VENV)/.installed-run
+	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
-	touch $@ $(VENV)/.installed-run
+	touch $@
 
-# A regular install copies the code, so any source change means reinstalling. build/ is
-# removed first because setuptools would otherwise put stale modules into the wheel.
+# A regular install copies (and compiles) the code, so any source change means
+# reinstalling. build/ is removed first because setuptools would otherwise put stale
+# modules into the wheel.
+$(INSTALLED_VENV)/.installed-run: $(SOURCES) | $(INSTALLED_VENV)/bin/python
+	rm -rf build
+	$(INSTALLED_VENV)/bin/python -m pip install --quiet .
+	touch $@
+
 $(INSTALLED_VENV)/.installed-test: $(SOURCES) | $(INSTALLED_VENV)/bin/python
 	rm -rf build
 	$(INSTALLED_VENV)/bin/python -m pip install --quiet '.[test]'
-	touch $@
+	touch $@ $(INSTALLED_VENV)/.installed-run
 
 clean:
 	rm -rf $(VENV) $(INSTALLED_VENV) build lavin.egg-info

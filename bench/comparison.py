@@ -1,6 +1,6 @@
 """Lavin against RabbitMQ on this machine: the same lavin-perf scenarios on both brokers.
 
-    bench/compare [--duration 5] [--rounds 3] [--connections 1000] [--queues 2000]
+    bench/compare [--duration 5] [--rounds 3] [--connections 1000] [--queues 2000] [--only WORD]
 
 Starts a Lavin and a private RabbitMQ node (`lavin.bench.brokers`; rabbitmq-server is
 installed with apt-get when missing), runs every scenario on Lavin, then on RabbitMQ, then
@@ -148,14 +148,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="runs per broker and scenario (default 3)")
     parser.add_argument("--connections", type=int, default=1000, help="idle connections to open (default 1000)")
     parser.add_argument("--queues", type=int, default=2000, help="queues to declare, bind, delete (default 2000)")
+    parser.add_argument("--only", action="append", default=[], metavar="WORD",
+                        help="run only the scenarios whose label contains WORD (repeatable)")
     args = parser.parse_args()
     ensure_rabbitmq_installed()
     idle, repeated = scenarios(args.connections, args.queues)
+    if args.only:
+        repeated = [scenario for scenario in repeated if any(word in scenario.label for word in args.only)]
     with tempfile.TemporaryDirectory(prefix="lavin-compare-") as workdir, ExitStack() as brokers:
         ours = brokers.enter_context(lavin(Path(workdir)))
         theirs = brokers.enter_context(rabbitmq(Path(workdir)))
         # First, while both brokers are fresh: memory freed by message runs would hide connection growth.
-        rows = [(idle, [run_scenario(idle, ours, args.duration)], [run_scenario(idle, theirs, args.duration)])]
+        rows = []
+        if not args.only or any(word in idle.label for word in args.only):
+            rows.append((idle, [run_scenario(idle, ours, args.duration)], [run_scenario(idle, theirs, args.duration)]))
         for scenario in repeated:
             lavin_runs: list[Measured] = []
             rabbitmq_runs: list[Measured] = []

@@ -7,16 +7,16 @@ until something needs a field; `PropertyView` decodes them once, on demand.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Final
 
 from pamqp import decode as _decode
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_U64: Final = struct.Struct(">Q")
 
 # Flag bit, name and wire kind of each basic property, in wire order.
-PROPERTY_FIELDS: tuple[tuple[int, str, str], ...] = (
+PROPERTY_FIELDS: Final[tuple[tuple[int, str, str], ...]] = (
     (0x8000, "content_type", "shortstr"),
     (0x4000, "content_encoding", "shortstr"),
     (0x2000, "headers", "table"),
@@ -33,7 +33,7 @@ PROPERTY_FIELDS: tuple[tuple[int, str, str], ...] = (
     (0x0004, "cluster_id", "shortstr"),
 )
 
-EMPTY_PROPERTIES = b"\x00\x00"
+EMPTY_PROPERTIES: Final = b"\x00\x00"
 
 
 def decode_properties(raw: bytes) -> dict[str, Any]:

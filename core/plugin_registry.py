@@ -45,9 +45,9 @@ class Registry:
 def load_registry(plugin_names: Sequence[str] = ()) -> Registry:
     plugin_manager = load_hook_plugins(plugin_names)
     return Registry(
-        exchange_types=scan_group(EXCHANGE_GROUP, ExchangeType),
-        queue_types=scan_group(QUEUE_GROUP, QueueType),
-        auth_backends=scan_group(AUTH_GROUP, AuthBackend),
+        exchange_types=scan_group(EXCHANGE_GROUP, ExchangeType),  # type: ignore[type-abstract]
+        queue_types=scan_group(QUEUE_GROUP, QueueType),  # type: ignore[type-abstract]
+        auth_backends=scan_group(AUTH_GROUP, AuthBackend),  # type: ignore[type-abstract]
         hooks=plugin_manager.hook,
         plugin_manager=plugin_manager,
     )

@@ -3,6 +3,8 @@ editable install but is silently missing from the wheel. These tests catch that.
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import tomllib
 from importlib.metadata import distribution
@@ -61,3 +63,22 @@ def test_lavin_is_imported_from_site_packages() -> None:
     package_dir = Path(lavin.__file__).resolve().parent
     assert not package_dir.is_relative_to(REPO_ROOT / "core"), package_dir
     assert "site-packages" in package_dir.parts, package_dir
+
+
+@pytest.mark.skipif(
+    not os.environ.get("LAVIN_TEST_EXPECT_INSTALLED"), reason="only for `make test-installed`"
+)
+def test_hot_modules_are_compiled_in_a_regular_install() -> None:
+    """setup.py compiles them with mypyc; a silent fall back to pure Python would make
+    the suite of the regular install test the same code as the editable one."""
+    setup_tree = ast.parse((REPO_ROOT / "setup.py").read_text())
+    hot = next(
+        ast.literal_eval(node.value)
+        for node in setup_tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "HOT_MODULES"
+    )
+    modules = ["lavin." + path.removesuffix(".py").replace("/", ".") for path in hot]
+    assert "lavin.amqp.connection" in modules, modules
+    for name in modules:
+        origin = importlib.import_module(name).__file__ or ""
+        assert origin.endswith(".so"), f"{name} is not compiled: {origin}"

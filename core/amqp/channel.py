@@ -10,7 +10,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable
 from itertools import takewhile
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from lavin import errors
 from lavin.amqp import codec
@@ -18,17 +18,16 @@ from lavin.amqp.direct_reply import rewrite_reply_to
 from lavin.amqp.stream_info import stream_info_reply
 from lavin.api import Message
 from lavin.broker.expiry import message_expiration
-from lavin.broker.queue import BEHIND, NEEDS_SYNC, REJECTED, STORED
+from lavin.broker.queue import BEHIND, NEEDS_SYNC, REJECTED, STORED, Queue
 from pamqp import commands
 
 if TYPE_CHECKING:
     from lavin.amqp.connection import Connection
-    from lavin.broker.queue import Queue
     from lavin.broker.vhost import VHost
 
-_ACK_ARGS = struct.Struct(">QB")
-_EXPIRATION_OR_REPLY_TO = 0x03  # flags 0x0100 and 0x0200: the high byte of the flag word
-_HEADER_ARGS = struct.Struct(">HHQ")
+_ACK_ARGS: Final = struct.Struct(">QB")
+_EXPIRATION_OR_REPLY_TO: Final = 0x03  # flags 0x0100 and 0x0200: the high byte of the flag word
+_HEADER_ARGS: Final = struct.Struct(">HHQ")
 
 
 class Settles(Protocol):
@@ -281,7 +280,7 @@ class Channel:
         status = STORED
         for queue in queues:
             result = queue.publish(message)
-            if result & BEHIND:
+            if result & BEHIND and isinstance(queue, Queue):  # only a queue holds back publishers
                 self.connection.slow_down(queue)
             status |= result
         needs_sync = bool(status & NEEDS_SYNC)

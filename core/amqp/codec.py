@@ -7,39 +7,40 @@ that sending a message costs a few bytes operations, not a pamqp object per fram
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.base import Frame as PamqpMethod
 
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = b"\xce"
-FRAME_END_BYTE = 0xCE
-FRAME_OVERHEAD = 8  # 7-byte header + frame-end octet
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
+FRAME_END: Final = b"\xce"
+FRAME_END_BYTE: Final = 0xCE
+FRAME_OVERHEAD: Final = 8  # 7-byte header + frame-end octet
 
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
-HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
+HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
-FRAME_HEAD = struct.Struct(">BHI")
-METHOD_ID = struct.Struct(">I")
-U16 = struct.Struct(">H")
-U64 = struct.Struct(">Q")
-HEADER_HEAD = struct.Struct(">BHIHHQ")  # frame head + class, weight, body size
-DELIVER_TAIL = struct.Struct(">QB")
-ACK_FRAME = struct.Struct(">BHIIQBB")  # full basic.ack / basic.nack frame
+FRAME_HEAD: Final = struct.Struct(">BHI")
+METHOD_ID: Final = struct.Struct(">I")
+U16: Final = struct.Struct(">H")
+U64: Final = struct.Struct(">Q")
+HEADER_HEAD: Final = struct.Struct(">BHIHHQ")  # frame head + class, weight, body size
+DELIVER_TAIL: Final = struct.Struct(">QB")
+ACK_FRAME: Final = struct.Struct(">BHIIQBB")  # full basic.ack / basic.nack frame
 
-BASIC_CLASS = 60
-BASIC_PUBLISH = 60 << 16 | 40
-BASIC_PUBLISH_ID = b"\x00\x3c\x00\x28"
-BASIC_ACK = 60 << 16 | 80
-BASIC_DELIVER_ID = b"\x00\x3c\x00\x3c"
-BASIC_GET_OK_ID = b"\x00\x3c\x00\x47"
-BASIC_RETURN_ID = b"\x00\x3c\x00\x32"
-BASIC_ACK_ID = 60 << 16 | 80
-BASIC_NACK_ID = 60 << 16 | 120
+BASIC_CLASS: Final = 60
+BASIC_PUBLISH: Final = 60 << 16 | 40
+BASIC_PUBLISH_ID: Final = b"\x00\x3c\x00\x28"
+BASIC_ACK: Final = 60 << 16 | 80
+BASIC_DELIVER_ID: Final = b"\x00\x3c\x00\x3c"
+BASIC_GET_OK_ID: Final = b"\x00\x3c\x00\x47"
+BASIC_RETURN_ID: Final = b"\x00\x3c\x00\x32"
+BASIC_ACK_ID: Final = 60 << 16 | 80
+BASIC_NACK_ID: Final = 60 << 16 | 120
 
 
 def method_frame(channel: int, method: PamqpMethod) -> bytes:
@@ -47,8 +48,8 @@ def method_frame(channel: int, method: PamqpMethod) -> bytes:
     return pamqp_frame.marshal(method, channel)
 
 
-_shortstr_cache: dict[str, bytes] = {}
-_SHORTSTR_CACHE_MAX = 4096
+_shortstr_cache: Final[dict[str, bytes]] = {}
+_SHORTSTR_CACHE_MAX: Final = 4096
 
 
 def shortstr(value: str) -> bytes:
@@ -126,8 +127,8 @@ def deliver_frames(
 
 # Delivery heads by (consumer tag, exchange, routing key, properties) sizes: consumers reuse a
 # handful of shapes; the cap keeps odd traffic from growing the cache without bound.
-_deliver_layouts: dict[tuple[int, int, int, int], struct.Struct] = {}
-_DELIVER_LAYOUTS_MAX = 4096
+_deliver_layouts: Final[dict[tuple[int, int, int, int], struct.Struct]] = {}
+_DELIVER_LAYOUTS_MAX: Final = 4096
 
 
 def _deliver_layout(key: tuple[int, int, int, int]) -> struct.Struct:

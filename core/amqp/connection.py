@@ -10,7 +10,7 @@ import asyncio
 import logging
 import platform
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import lavin
 from lavin import errors
@@ -27,10 +27,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FRAME_MIN_SIZE = 4096
-CLOSE_TIMEOUT = 3.0
+FRAME_MIN_SIZE: Final = 4096
+CLOSE_TIMEOUT: Final = 3.0
 
-SERVER_CAPABILITIES = {
+SERVER_CAPABILITIES: Final = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
     "basic.nack": True,
@@ -43,7 +43,13 @@ SERVER_CAPABILITIES = {
 }
 
 # Handshake states
-AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
+AWAIT_HEADER: Final = 0
+AWAIT_START_OK: Final = 1
+AWAIT_TUNE_OK: Final = 2
+AWAIT_OPEN: Final = 3
+OPEN: Final = 4
+CLOSING: Final = 5
+CLOSED: Final = 6
 
 
 class Connection(asyncio.Protocol):

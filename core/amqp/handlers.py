@@ -211,7 +211,7 @@ def basic_consume(channel: Channel, method: c.Basic.Consume) -> None:
 
 
 def basic_cancel(channel: Channel, method: c.Basic.Cancel) -> None:
-    channel.cancel_consumer(method.consumer_tag)
+    channel.cancel_consumer(method.consumer_tag or "")
     if not method.nowait:
         _reply(channel, c.Basic.CancelOk(consumer_tag=method.consumer_tag))
 
@@ -221,7 +221,7 @@ def basic_get(channel: Channel, method: c.Basic.Get) -> None:
 
 
 def basic_reject(channel: Channel, method: c.Basic.Reject) -> None:
-    channel.reject(method.delivery_tag, False, bool(method.requeue))
+    channel.reject(method.delivery_tag or 0, False, bool(method.requeue))
 
 
 def basic_nack(channel: Channel, method: c.Basic.Nack) -> None:

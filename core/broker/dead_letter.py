@@ -18,6 +18,7 @@ from lavin.broker.sender_selected import routing_keys_of
 from lavin.message import encode_properties
 
 if TYPE_CHECKING:
+    from lavin.broker.exchange import Reached
     from lavin.broker.queue import Queue
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     copy = Message(
         exchange.name, new_keys[0], encode_properties(props), message.body, int(time.time() * 1000)
     )
-    targets: set[Queue] = set()
+    targets: set[Reached] = set()
     exchange.route(new_keys, copy, targets)
     for target in targets:
         if _is_cycle(target.name, deaths):

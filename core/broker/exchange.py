@@ -8,7 +8,8 @@ happen here.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from lavin.api import ExchangeType, Message
 from lavin.broker.deduplication import MessageCache
@@ -21,9 +22,11 @@ if TYPE_CHECKING:
 
 # Where a routed message is stored: a queue, the hold of a delayed exchange, or the memory
 # of a deduplicating one. Each takes it with `publish(message)`, answering like Queue.publish.
-Target: TypeAlias = Queue | DelayedMessages | MessageCache
+# The routing walk itself reaches only the first two.
+Reached: TypeAlias = Queue | DelayedMessages
+Target: TypeAlias = Reached | MessageCache
 
-_HEADERS_FLAG = 0x20  # in the first byte of the property flags
+_HEADERS_FLAG: Final = 0x20  # in the first byte of the property flags
 
 
 class Exchange:
@@ -63,7 +66,7 @@ class Exchange:
     def has_bindings(self) -> bool:
         return self.table.is_bound()
 
-    def publish_targets(self, message: Message) -> set[Target] | tuple[Target, ...]:
+    def publish_targets(self, message: Message) -> Collection[Target]:
         """Where a message published to this exchange goes; 406 for a malformed CC or BCC.
 
         Nothing changes but the BCC header until the targets' `publish` is called.
@@ -71,7 +74,7 @@ class Exchange:
         properties = message.properties
         if len(properties) < 2 or not properties[0] & _HEADERS_FLAG:
             # The common case: no headers, so no CC, BCC, x-delay or deduplication value.
-            reached: set[Target] = set()
+            reached: set[Reached] = set()
             self.route([message.routing_key], message, reached)
             return reached
         cache = self.deduplication
@@ -90,23 +93,23 @@ class Exchange:
         for target in self._targets(message):
             target.publish(message)
 
-    def _targets(self, message: Message) -> set[Target] | tuple[Target, ...]:
+    def _targets(self, message: Message) -> Collection[Reached]:
         routing_keys = routing_keys_of(message)
         delayed = self.delayed
         if delayed is not None and delayed.holds(message):
             return (delayed,)  # held whole, BCC included, until its delay is over
         strip_bcc(message)
-        targets: set[Target] = set()
+        targets: set[Reached] = set()
         self.route(routing_keys, message, targets)
         return targets
 
-    def route(self, routing_keys: list[str], message: Message, targets: set[Target]) -> None:
+    def route(self, routing_keys: list[str], message: Message, targets: set[Reached]) -> None:
         """Add every target the message reaches from here. Each exchange on the way is
         visited once, so loops of exchange bindings and alternate exchanges end."""
         self._collect(routing_keys, message, targets, {self})
 
     def _collect(
-        self, routing_keys: list[str], message: Message, targets: set[Target], visited: set[Exchange]
+        self, routing_keys: list[str], message: Message, targets: set[Reached], visited: set[Exchange]
     ) -> None:
         delayed = self.delayed
         if delayed is not None and delayed.holds(message):

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from lavin.api import Message, QueueType
 from lavin.broker.arguments import QueueSettings
 from lavin.broker.dead_letter import dead_letter
 from lavin.broker.delivery_counts import DeliveryCounts
 from lavin.broker.expiry import EXPIRATION_FLAG, ExpiryIndex, expires_at
+from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
     import asyncio
@@ -26,27 +27,29 @@ if TYPE_CHECKING:
 
 # Deliveries per drain call before yielding to the loop, so one busy queue cannot starve
 # the rest of the broker or grow a connection's write buffer without bound.
-DRAIN_BATCH = 256
+DRAIN_BATCH: Final = 256
 
 # Queue.publish results, or-ed together
-STORED = 0
-NEEDS_SYNC = 1  # the publisher's confirm waits for the fsync
-REJECTED = 2  # overflow refused it: the publisher gets a nack
-BEHIND = 4  # consumers are waiting but the backlog grows: the publisher should pause
+STORED: Final = 0
+NEEDS_SYNC: Final = 1  # the publisher's confirm waits for the fsync
+REJECTED: Final = 2  # overflow refused it: the publisher gets a nack
+BEHIND: Final = 4  # consumers are waiting but the backlog grows: the publisher should pause
 
 # Publisher flow control: while a queue with consumers has a backlog above FLOW_HIGH, its
 # publishers stop reading until deliveries empty it. A single event loop would otherwise
 # spend nearly every tick reading publishes while consumers get a trickle. Consumers that
 # take nothing for FLOW_STALL seconds (full prefetch, no acks) are the client's business:
 # then the publishers go on, as they would with no consumers at all.
-FLOW_HIGH = 8192
-FLOW_STALL = 0.05
+FLOW_HIGH: Final = 8192
+FLOW_STALL: Final = 0.05
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# StreamQueue subclasses it, and setup.py may compile this module.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Queue:
     """A queue in a vhost."""
 

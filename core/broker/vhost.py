@@ -6,8 +6,9 @@ import hashlib
 import logging
 import shutil
 import uuid
+from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from lavin import errors
 from lavin.api import InvalidArgument, Message, StreamType
@@ -362,12 +363,12 @@ class VHost:
 
     @staticmethod
     def _binding_def(source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any]) -> BindingDef:
-        kind = "queue" if isinstance(destination, Queue) else "exchange"
+        kind: Literal["queue", "exchange"] = "queue" if isinstance(destination, Queue) else "exchange"
         return BindingDef(source.name, destination.name, kind, routing_key, arguments)
 
     # ---- publishing ----------------------------------------------------------------------
 
-    def route(self, exchange_name: str, message: Message) -> set[Target] | tuple[Target, ...]:
+    def route(self, exchange_name: str, message: Message) -> Collection[Target]:
         """Where a message goes, to be stored there with `publish`; raises 404/403 for a
         missing or internal exchange."""
         if exchange_name == "" and (len(message.properties) < 2 or not message.properties[0] & 0x20):

@@ -18,37 +18,38 @@ from __future__ import annotations
 import struct
 import time
 import zlib
+from typing import Final
 
 from lavin.message import Message
 
-FORMAT_VERSION = 1
-FILE_HEADER = struct.Struct("<I")
-FILE_HEADER_SIZE = FILE_HEADER.size
-FILE_HEADER_BYTES = FILE_HEADER.pack(FORMAT_VERSION)
+FORMAT_VERSION: Final = 1
+FILE_HEADER: Final = struct.Struct("<I")
+FILE_HEADER_SIZE: Final = FILE_HEADER.size
+FILE_HEADER_BYTES: Final = FILE_HEADER.pack(FORMAT_VERSION)
 
-HEADER_SIZE = 9  # length, crc32, flags
-FLAG_PERSISTENT = 0x01
-LENGTH = struct.Struct("<I")  # the record length, and those of properties
+HEADER_SIZE: Final = 9  # length, crc32, flags
+FLAG_PERSISTENT: Final = 0x01
+LENGTH: Final = struct.Struct("<I")  # the record length, and those of properties
 
-_LENGTH_CRC = struct.Struct("<II")
-_TIMESTAMP_EXCHANGE_SIZE = struct.Struct("<9xQB")  # read past the header
-_U64 = struct.Struct("<Q")
-_WIRE_U32 = struct.Struct(">I")  # AMQP property fields are big-endian
-_CRC_START = 8  # the crc covers the record from the flags byte on
+_LENGTH_CRC: Final = struct.Struct("<II")
+_TIMESTAMP_EXCHANGE_SIZE: Final = struct.Struct("<9xQB")  # read past the header
+_U64: Final = struct.Struct("<Q")
+_WIRE_U32: Final = struct.Struct(">I")  # AMQP property fields are big-endian
+_CRC_START: Final = 8  # the crc covers the record from the flags byte on
 
 # Header, timestamp and the length fields of exchange, routing key, properties and body.
-FIXED_SIZE = HEADER_SIZE + 8 + 1 + 1 + 4 + 8
+FIXED_SIZE: Final = HEADER_SIZE + 8 + 1 + 1 + 4 + 8
 
 # Names round-trip whatever bytes the publisher sent.
-TEXT_ENCODING = "utf-8"
-TEXT_ERRORS = "surrogateescape"
+TEXT_ENCODING: Final = "utf-8"
+TEXT_ERRORS: Final = "surrogateescape"
 
 # Everything from the flags byte up to the body, as one Struct per size of exchange,
 # routing key and properties: one pack call instead of eight appends. Publishers reuse a
 # handful of sizes; the cap keeps odd traffic from growing the cache without bound.
 _LayoutKey = tuple[int, int, int]
-_layouts: dict[_LayoutKey, struct.Struct] = {}
-_LAYOUTS_MAX = 4096
+_layouts: Final[dict[_LayoutKey, struct.Struct]] = {}
+_LAYOUTS_MAX: Final = 4096
 
 
 def _layout(key: _LayoutKey) -> struct.Struct:
@@ -65,8 +66,12 @@ def now_ms() -> int:
 
 # Bits of the property flag word's first byte. Message.persistent and Message.props decode
 # every property; the readers below run for each stored message and allocate nothing.
-_CONTENT_TYPE, _CONTENT_ENCODING, HEADERS_FLAG, _DELIVERY_MODE, _PRIORITY = 0x80, 0x40, 0x20, 0x10, 0x08
-_SIZED_FIELDS = _CONTENT_TYPE | _CONTENT_ENCODING | HEADERS_FLAG
+_CONTENT_TYPE: Final = 0x80
+_CONTENT_ENCODING: Final = 0x40
+HEADERS_FLAG: Final = 0x20
+_DELIVERY_MODE: Final = 0x10
+_PRIORITY: Final = 0x08
+_SIZED_FIELDS: Final = _CONTENT_TYPE | _CONTENT_ENCODING | HEADERS_FLAG
 
 
 def headers_offset(properties: bytes) -> int:

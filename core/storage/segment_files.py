@@ -13,7 +13,7 @@ import sys
 from array import array
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from lavin.storage.record import (
     FILE_HEADER,
@@ -27,13 +27,13 @@ from lavin.storage.record import (
 
 log = logging.getLogger(__name__)
 
-SEGMENT_PREFIX = "msgs."
-ACK_PREFIX = "acks."
-_ID_DIGITS = 10
-_POSITION_SIZE = 4
-_READ_AHEAD = 128 << 10
-_SCAN_CHUNK = 1 << 20
-_BIG_ENDIAN_HOST = sys.byteorder == "big"
+SEGMENT_PREFIX: Final = "msgs."
+ACK_PREFIX: Final = "acks."
+_ID_DIGITS: Final = 10
+_POSITION_SIZE: Final = 4
+_READ_AHEAD: Final = 128 << 10
+_SCAN_CHUNK: Final = 1 << 20
+_BIG_ENDIAN_HOST: Final = sys.byteorder == "big"
 
 
 def numbered_path(directory: Path, prefix: str, segment_id: int) -> Path:

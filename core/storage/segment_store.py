@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Iterable
 from heapq import heappop, heappush
 from pathlib import Path
+from typing import Final
 
 from lavin.message import Message
 from lavin.storage.disk import ensure_directory, open_directory, recreate_directory
@@ -44,11 +45,12 @@ from lavin.storage.segment_files import (
     segment_path,
     write_fully,
 )
+from mypy_extensions import mypyc_attr
 
-DEFAULT_SEGMENT_SIZE = 8 << 20
-_POSITION_MASK = 0xFFFFFFFF
-_WRITE_BUFFER_LIMIT = 1 << 20  # a burst within one tick goes to the OS before it grows further
-_NO_SKIP = -1
+DEFAULT_SEGMENT_SIZE: Final = 8 << 20
+_POSITION_MASK: Final = 0xFFFFFFFF
+_WRITE_BUFFER_LIMIT: Final = 1 << 20  # a burst within one tick goes to the OS before it grows further
+_NO_SKIP: Final = -1
 
 
 class _Segment:
@@ -66,6 +68,8 @@ class _Segment:
         self.pending_acks = array("I")
 
 
+# Queue-type plugins subclass it, and setup.py may compile this module.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SegmentStore:
     """Messages of one queue in `path`: durable stores recover on open, others start empty."""
 

@@ -1,0 +1,62 @@
+"""Compiles the hot-path modules with mypyc when a wheel is built (a regular `pip install`).
+
+Everything else, and every module in an editable install, stays pure Python: the same
+sources run either way, and `LAVIN_PURE_PYTHON=1` skips compilation altogether (for a
+machine without a C compiler). See docs/benchmarks.md, "Compiled modules".
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+# Modules of the `lavin` package (under core/) that carry every message.
+HOT_MODULES = (
+    "amqp/codec.py",
+    "amqp/channel.py",
+    "amqp/connection.py",
+    "broker/exchange.py",
+    "broker/queue.py",
+    "message.py",
+    "storage/record.py",
+    "storage/segment_files.py",
+    "storage/segment_store.py",
+)
+STAGE = Path("build") / "mypyc-src"  # the sources under their import names, for mypy
+BUILDING_WHEEL = {"bdist_wheel", "build_ext", "build", "install"}
+
+
+def compiled_extensions() -> list:
+    if os.environ.get("LAVIN_PURE_PYTHON") or not BUILDING_WHEEL.intersection(sys.argv[1:]):
+        return []
+    from mypyc.build import mypycify
+
+    # core/ is installed as `lavin` and plugins/ as `lavin.plugins`: mypyc names modules after
+    # their paths, so it reads a copy laid out the way the package is imported.
+    shutil.rmtree(STAGE, ignore_errors=True)
+    skip = shutil.ignore_patterns("__pycache__", "*.so")
+    shutil.copytree("core", STAGE / "lavin", ignore=skip)
+    shutil.copytree("plugins", STAGE / "lavin" / "plugins", ignore=skip)
+    paths = [str(STAGE / "lavin" / module) for module in HOT_MODULES]
+    return mypycify(["--ignore-missing-imports", *paths], opt_level="3")
+
+
+class BuildExtOrPurePython(build_ext):
+    """A module that fails to compile costs speed, not the install: the pure-Python
+    sources are always installed too, and they are imported when no extension is there."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - a missing or failing compiler raises several types
+            for extension in self.extensions:
+                Path(self.get_ext_fullpath(extension.name)).unlink(missing_ok=True)
+            print(f"warning: compiling with mypyc failed ({exc}); installing pure Python", file=sys.stderr)
+
+
+setup(ext_modules=compiled_extensions(), cmdclass={"build_ext": BuildExtOrPurePython})
