@@ -15,14 +15,20 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-# Modules of the `lavin` package (under core/) that carry every message.
+# Modules of the `lavin` package (core/, and plugins/ as `plugins/`) that carry every message.
 HOT_MODULES = (
     "amqp/codec.py",
     "amqp/channel.py",
     "amqp/connection.py",
+    "broker/delivery_counts.py",
     "broker/exchange.py",
+    "broker/expiry.py",
+    "broker/group_commit.py",
     "broker/queue.py",
+    "broker/vhost.py",
     "message.py",
+    "plugins/queues/classic.py",
+    "storage/decoded_window.py",
     "storage/record.py",
     "storage/segment_files.py",
     "storage/segment_store.py",

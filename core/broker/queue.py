@@ -304,9 +304,12 @@ class Queue:
                     self._expiry.taken(message_id)
             counts = self._delivery_counts
             if counts is not None and (count := counts.get(message_id)):
+                # A copy: the store may hand out the very object other queues got too.
                 props = dict(message.props)
                 props["headers"] = {**(props.get("headers") or {}), "x-delivery-count": count}
-                message.replace_properties(props)
+                counted = Message(message.exchange, message.routing_key, b"", message.body, message.timestamp)
+                counted.replace_properties(props)
+                return message_id, counted, item[2]
             return item
 
     def _expired(self, message: Message) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from lavin.message import Message
+from lavin.storage.decoded_window import DecodedWindow
 from lavin.storage.disk import ensure_directory, open_directory, recreate_directory
 from lavin.storage.record import (
     FILE_HEADER_BYTES,
@@ -103,6 +104,7 @@ class SegmentStore:
         "_retired_fds",
         "_segments",
         "_skip_index",
+        "_window",
         "_sync_fds",
         "_write",
         "_write_buffer",
@@ -137,6 +139,7 @@ class SegmentStore:
         self._sync_fds: set[int] = set()  # besides the write segment's: segments rolled over
         self._dir_changed = False  # a file was created since the directory was last synced
         self._retired_fds = RetiredFds()
+        self._window = DecodedWindow()
         if durable:
             ensure_directory(path)
             self._dir_fd = open_directory(path)
@@ -159,9 +162,10 @@ class SegmentStore:
             self._roll()
             position = FILE_HEADER_SIZE
         persistent = is_persistent(properties)
+        timestamp = message.timestamp
         append_record(
             self._write_buffer,
-            message.timestamp or now_ms(),
+            timestamp or now_ms(),
             exchange,
             routing_key,
             properties,
@@ -177,6 +181,8 @@ class SegmentStore:
         self._ready += 1
         self._ready_bytes += len(body)
         message_id = segment.base | position
+        if timestamp:  # else the record's own differs from the object's
+            self._window.remember(message_id, size, message)
         self._last_push_id = message_id
         self._last_push_end = message_id + size
         self._last_push_body_size = len(body)
@@ -197,9 +203,14 @@ class SegmentStore:
             return message_id, message, True
         if not self._ready:
             return None
-        buffer, offset, size = self._peek()
         message_id = self._cursor_id
-        message = decode_record(buffer, offset)
+        held = self._window.take(message_id) if message_id & _POSITION_MASK != self._next_skip else None
+        if held is not None:
+            size, message = held
+        else:
+            buffer, offset, size = self._peek()
+            message_id = self._cursor_id
+            message = decode_record(buffer, offset)
         self._advance(size)
         self._ready -= 1
         self._ready_bytes -= len(message.body)
@@ -248,6 +259,7 @@ class SegmentStore:
             self._cursor_id = self._last_push_end
             self._ready -= 1
             self._ready_bytes -= self._last_push_body_size
+            self._window.forget_last(message_id)
             return
         if self._ready == self._requeued_ready:
             raise ValueError(f"message {message_id:#x} is not next in line: none is")
@@ -309,6 +321,7 @@ class SegmentStore:
             self._advance(size)
         self._requeued = []
         removed.clear()
+        self._window.clear()
         self._requeued_ready = 0
         self._ready = self._ready_bytes = 0
         self._move_cursor(self._write)
@@ -505,6 +518,7 @@ class SegmentStore:
             fds.append(self._dir_fd)
             self._dir_fd = -1
         self._segments.clear()
+        self._window.clear()
         self._retired_fds.close_all(fds)
 
     # -- recovery --------------------------------------------------------------------------

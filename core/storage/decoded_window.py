@@ -1,0 +1,82 @@
+"""The messages a store appended most recently, kept as objects so that a consumer close
+behind the publisher gets them without reading and decoding their records again.
+
+The records are written all the same: the window is a cache, and dropping any entry at any
+time only costs a read. It is bounded per store (entries and bytes) and across all stores
+(bytes), so idle queues cannot pin much memory.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Final
+
+from lavin.message import Message
+
+# Sized to cover the backlog that publisher flow control allows (lavin.broker.queue.FLOW_HIGH).
+WINDOW_MESSAGES: Final = 16384
+WINDOW_BYTES: Final = 8 << 20  # per store: record bytes plus ENTRY_OVERHEAD per message
+ALL_WINDOWS_BYTES: Final = 64 << 20  # the same, across every store of the process
+ENTRY_OVERHEAD: Final = 256  # the message object, its strings and the entry tuple
+
+
+class _Budget:
+    __slots__ = ("used",)
+
+    def __init__(self) -> None:
+        self.used = 0
+
+
+_budget: Final = _Budget()
+
+
+class DecodedWindow:
+    """(id, record size, message) of recent appends, in id order."""
+
+    __slots__ = ("_bytes", "_entries")
+
+    def __init__(self) -> None:
+        self._entries: deque[tuple[int, int, Message]] = deque()
+        self._bytes = 0
+
+    def remember(self, message_id: int, size: int, message: Message) -> None:
+        """Called for each append, in order; skipped while the process-wide budget is spent."""
+        cost = size + ENTRY_OVERHEAD
+        if _budget.used + cost > ALL_WINDOWS_BYTES:
+            return
+        entries = self._entries
+        entries.append((message_id, size, message))
+        self._bytes += cost
+        _budget.used += cost
+        while len(entries) > WINDOW_MESSAGES or self._bytes > WINDOW_BYTES:
+            self._release(entries.popleft()[1])
+
+    def take(self, message_id: int) -> tuple[int, Message] | None:
+        """(record size, message) of `message_id` when it is held; entries before it are
+        dropped, since a store reads in id order."""
+        entries = self._entries
+        while entries:
+            entry = entries[0]
+            if entry[0] > message_id:
+                return None
+            entries.popleft()
+            self._release(entry[1])
+            if entry[0] == message_id:
+                return entry[1], entry[2]
+        return None
+
+    def forget_last(self, message_id: int) -> None:
+        """The last append was consumed without being read (delivered straight away)."""
+        entries = self._entries
+        if entries and entries[-1][0] == message_id:
+            self._release(entries.pop()[1])
+
+    def clear(self) -> None:
+        self._entries.clear()
+        _budget.used -= self._bytes
+        self._bytes = 0
+
+    def _release(self, size: int) -> None:
+        cost = size + ENTRY_OVERHEAD
+        self._bytes -= cost
+        _budget.used -= cost
