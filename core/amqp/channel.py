@@ -146,11 +146,13 @@ class Channel:
             )
         if self._publish is not None:
             raise errors.UnexpectedFrame("expected content body, got non content body frame instead", 60, 40)
-        index = codec.METHOD_ID.unpack_from(payload, 0)[0]
+        index: int = codec.METHOD_ID.unpack_from(payload, 0)[0]
         try:
             if index == codec.BASIC_PUBLISH:
                 self._start_publish(payload)
             elif index == codec.BASIC_ACK:
+                tag: int
+                bits: int
                 tag, bits = _ACK_ARGS.unpack_from(payload, 4)
                 self.ack(tag, bool(bits & 1))
             else:
@@ -169,7 +171,7 @@ class Channel:
             self.close_with_error(exc)
 
     def _method_while_closing(self, payload: bytes) -> None:
-        index = codec.METHOD_ID.unpack_from(payload, 0)[0]
+        index: int = codec.METHOD_ID.unpack_from(payload, 0)[0]
         if index == commands.Channel.CloseOk.index:
             self.connection.channel_closed(self)
         elif index == commands.Channel.Close.index:
@@ -208,6 +210,8 @@ class Channel:
             raise errors.UnexpectedFrame("expected method frame, got non method frame instead")
         if len(payload) < 14:
             raise errors.FrameError("content header shorter than its fixed fields")
+        class_id: int
+        body_size: int
         class_id, _weight, body_size = _HEADER_ARGS.unpack_from(payload, 0)
         if class_id != codec.BASIC_CLASS:
             raise errors.UnexpectedFrame(f"content header for class {class_id}, expected 60")

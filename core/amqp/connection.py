@@ -159,6 +159,9 @@ class Connection(asyncio.Protocol):
         frame_max = self.frame_max
         unpack_head = codec.FRAME_HEAD.unpack_from
         channels = self.channels
+        frame_type: int
+        channel_id: int
+        size: int
         while end - offset >= 7 and self.state != CLOSED:
             frame_type, channel_id, size = unpack_head(data, offset)
             if size + 8 > frame_max:
@@ -504,6 +507,9 @@ def _content_that_follows(
     None: the frame loop then handles them one by one."""
     if end - offset < 7:
         return None
+    frame_type: int
+    channel: int
+    size: int
     frame_type, channel, size = codec.FRAME_HEAD.unpack_from(data, offset)
     header_end = offset + 7 + size
     if frame_type != 2 or channel != channel_id or size < 12 or size + 8 > frame_max or header_end >= end:
@@ -511,7 +517,7 @@ def _content_that_follows(
     if data[header_end] != 0xCE:
         return None
     header = data[offset + 7 : header_end]
-    body_size = codec.U64.unpack_from(header, 4)[0]
+    body_size: int = codec.U64.unpack_from(header, 4)[0]
     if not body_size:
         return header, b"", header_end + 1
     body_start = header_end + 1

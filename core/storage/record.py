@@ -129,8 +129,10 @@ def append_record(
     properties: bytes,
     body: bytes,
     flags: int,
+    checksum: bool = True,
 ) -> None:
-    """Encode one record at the end of `buffer`.
+    """Encode one record at the end of `buffer`. Without `checksum` its crc field is 0:
+    for stores that are never recovered, where nothing would check it.
 
     Raises ValueError, leaving `buffer` as it was, for a name longer than 255 bytes.
     """
@@ -140,7 +142,8 @@ def append_record(
         meta = layout.pack(flags, timestamp, key[0], exchange, key[1], routing_key, key[2], properties, len(body))
     except struct.error:
         raise ValueError("exchange and routing key are limited to 255 bytes") from None
-    buffer += _LENGTH_CRC.pack(len(meta) - 1 + len(body), zlib.crc32(body, zlib.crc32(meta)))
+    crc = zlib.crc32(body, zlib.crc32(meta)) if checksum else 0
+    buffer += _LENGTH_CRC.pack(len(meta) - 1 + len(body), crc)
     buffer += meta
     buffer += body
 
@@ -153,15 +156,19 @@ def record_size(buffer: bytes | bytearray, offset: int) -> int:
 
 def decode_record(buffer: bytes, offset: int) -> Message:
     """The message of the complete record at `offset`."""
+    timestamp: int
+    exchange_size: int
     timestamp, exchange_size = _TIMESTAMP_EXCHANGE_SIZE.unpack_from(buffer, offset)
     position = offset + HEADER_SIZE + 9
     end = position + exchange_size
     exchange = buffer[position:end].decode(TEXT_ENCODING, TEXT_ERRORS)
     position = end + 1 + buffer[end]
     routing_key = buffer[end + 1 : position].decode(TEXT_ENCODING, TEXT_ERRORS)
-    end = position + 4 + LENGTH.unpack_from(buffer, position)[0]
+    properties_size: int = LENGTH.unpack_from(buffer, position)[0]
+    end = position + 4 + properties_size
     properties = buffer[position + 4 : end]
-    position = end + 8 + _U64.unpack_from(buffer, end)[0]
+    body_size: int = _U64.unpack_from(buffer, end)[0]
+    position = end + 8 + body_size
     return Message(exchange, routing_key, properties, buffer[end + 8 : position], timestamp)
 
 

@@ -135,7 +135,8 @@ class ReadWindow:
         data = self.data
         offset = position - self.start
         if self.segment is segment and 0 <= offset <= len(data) - HEADER_SIZE:
-            size = HEADER_SIZE + LENGTH.unpack_from(data, offset)[0]
+            length: int = LENGTH.unpack_from(data, offset)[0]
+            size = HEADER_SIZE + length
             if offset + size <= len(data):
                 return data, offset, size
         data = os.pread(segment.fd, _READ_AHEAD, position)

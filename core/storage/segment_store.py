@@ -171,6 +171,7 @@ class SegmentStore:
             properties,
             body,
             FLAG_PERSISTENT if persistent else 0,
+            self.durable,  # a non-durable store is never recovered: its crcs would go unread
         )
         segment = self._write
         segment.live += 1
