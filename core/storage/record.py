@@ -167,8 +167,8 @@ def decode_record(buffer: bytes, offset: int) -> Message:
     properties_size: int = LENGTH.unpack_from(buffer, position)[0]
     end = position + 4 + properties_size
     properties = buffer[position + 4 : end]
-    body_size: int = _U64.unpack_from(buffer, end)[0]
-    position = end + 8 + body_size
+    body_length: int = _U64.unpack_from(buffer, end)[0]
+    position = end + 8 + body_length
     return Message(exchange, routing_key, properties, buffer[end + 8 : position], timestamp)
 
 
