@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lavin.message import Message, encode_properties
+from lavin.api.message import Message, encode_properties
 from lavin.storage.segment_store import SegmentStore
 
 TICK = 100  # pushes between flushes, like one event-loop tick under load

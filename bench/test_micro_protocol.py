@@ -17,7 +17,7 @@ from lavin.amqp.connection import Connection
 from lavin.bench.wire import encode_publish
 from lavin.broker.broker import Broker
 from lavin.config import Config
-from lavin.message import encode_properties
+from lavin.api.message import encode_properties
 from lavin.plugin_registry import load_registry
 from pamqp import commands, decode, encode, frame
 from pamqp.common import FieldTable

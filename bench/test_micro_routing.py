@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from lavin.message import Message
+from lavin.api.message import Message
 from lavin.plugins.exchanges.topic import ROUTE_CACHE_SIZE, TopicExchange
 from pytest_benchmark.fixture import BenchmarkFixture
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lavin.message import Message, encode_properties
+from lavin.api.message import Message, encode_properties
 from lavin.storage.segment_store import SegmentStore
 from pytest_benchmark.fixture import BenchmarkFixture
 

@@ -15,8 +15,8 @@ from types import MappingProxyType, ModuleType
 from typing import Any, NoReturn, TypeVar
 
 import pluggy
-from lavin import hookspecs
-from lavin.api import AuthBackend, ExchangeType, QueueType
+from lavin.api import hooks as hookspecs
+from lavin.api import AuthBackend, ExchangeType, MessageStore
 from lavin.config import StartupError
 from stevedore import ExtensionManager, NamedExtensionManager
 from stevedore.extension import Extension
@@ -26,7 +26,7 @@ QUEUE_GROUP = "lavin.queues"
 AUTH_GROUP = "lavin.auth"
 HOOK_PLUGIN_GROUP = "lavin.plugins"
 
-PluginClass = TypeVar("PluginClass", ExchangeType, QueueType, AuthBackend)
+PluginClass = TypeVar("PluginClass", ExchangeType, MessageStore, AuthBackend)
 
 
 class PluginError(StartupError):
@@ -36,7 +36,7 @@ class PluginError(StartupError):
 @dataclass(frozen=True)
 class Registry:
     exchange_types: Mapping[str, type[ExchangeType]]
-    queue_types: Mapping[str, type[QueueType]]
+    queue_types: Mapping[str, type[MessageStore]]
     auth_backends: Mapping[str, type[AuthBackend]]
     hooks: pluggy.HookRelay
     plugin_manager: pluggy.PluginManager
@@ -46,7 +46,7 @@ def load_registry(plugin_names: Sequence[str] = ()) -> Registry:
     plugin_manager = load_hook_plugins(plugin_names)
     return Registry(
         exchange_types=scan_group(EXCHANGE_GROUP, ExchangeType),  # type: ignore[type-abstract]
-        queue_types=scan_group(QUEUE_GROUP, QueueType),  # type: ignore[type-abstract]
+        queue_types=scan_group(QUEUE_GROUP, MessageStore),  # type: ignore[type-abstract]
         auth_backends=scan_group(AUTH_GROUP, AuthBackend),  # type: ignore[type-abstract]
         hooks=plugin_manager.hook,
         plugin_manager=plugin_manager,

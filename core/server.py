@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from lavin.amqp.connection import Connection
+from lavin.broker.broker import Broker
 from lavin.config import Config, StartupError
 from lavin.plugin_registry import Registry, load_registry
 
@@ -32,7 +34,9 @@ def serve(config: Config) -> None:
     raise_open_file_limit()
     loop_factory = event_loop_factory(config.loop)
     with data_dir_lock(config.data_dir):
-        registry = load_registry(config.plugins)
+        registry = load_registry(config)
+        for line in registry.startup_report():
+            log.info("%s", line)
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(run_broker(config, registry))
     log.info("Stopped")
@@ -104,23 +108,40 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 50, 100)
 
 
-async def run_broker(config: Config, registry: Registry) -> None:
-    # Imported here: the broker pulls in the whole protocol stack, which the CLI avoids.
-    from lavin.broker.broker import Broker
+class RunningBroker:
+    """A broker that recovered its data and listens; `stop` shuts it down gracefully."""
 
+    def __init__(self, broker: Broker, server: asyncio.Server, registry: Registry) -> None:
+        self.broker = broker
+        self.server = server
+        self.registry = registry
+
+    @property
+    def amqp_port(self) -> int:
+        """The port the AMQP listener got (the one configured, or a free one for port 0)."""
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def stop(self) -> None:
+        log.info("Shutting down")
+        self.registry.hooks.lavin_shutdown(broker=self.broker)
+        self.server.close()
+        await self.broker.shutdown()
+        try:
+            await asyncio.wait_for(self.server.wait_closed(), LISTENER_CLOSE_TIMEOUT)
+        except TimeoutError:
+            log.warning("Listener did not close within %s s", LISTENER_CLOSE_TIMEOUT)
+
+
+async def start_broker(config: Config, registry: Registry) -> RunningBroker:
+    """Recover the data, open the listener and run the start-up hooks."""
     loop = asyncio.get_running_loop()
     log.info("Lavin starting, data dir %s, event loop %s", config.data_dir, type(loop).__module__)
-    stop_requested = asyncio.Event()
-    for signum in STOP_SIGNALS:
-        loop.add_signal_handler(signum, stop_requested.set)
-
     broker = Broker(config, registry)
     await broker.start()
     tune_garbage_collector()
     try:
-        server = await loop.create_server(
-            broker.protocol_factory, config.bind, config.amqp_port, reuse_address=True
-        )
+        server = await loop.create_server(lambda: Connection(broker), config.bind, config.amqp_port, reuse_address=True)
     except OSError as exc:
         await broker.shutdown()
         raise StartupError(f"cannot listen on {config.bind}:{config.amqp_port}: {exc}") from exc
@@ -128,16 +149,17 @@ async def run_broker(config: Config, registry: Registry) -> None:
         host, port = listening_socket.getsockname()[:2]
         log.info("Listening on amqp://%s:%s", host, port)
     registry.hooks.lavin_startup(broker=broker)
+    return RunningBroker(broker, server, registry)
 
+
+async def run_broker(config: Config, registry: Registry) -> None:
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop_requested.set)
+    running = await start_broker(config, registry)
     await stop_requested.wait()
     # A second signal now takes the default action, so a stuck shutdown can be interrupted.
     for signum in STOP_SIGNALS:
         loop.remove_signal_handler(signum)
-    log.info("Shutting down")
-    registry.hooks.lavin_shutdown(broker=broker)
-    server.close()
-    await broker.shutdown()
-    try:
-        await asyncio.wait_for(server.wait_closed(), LISTENER_CLOSE_TIMEOUT)
-    except TimeoutError:
-        log.warning("Listener did not close within %s s", LISTENER_CLOSE_TIMEOUT)
+    await running.stop()

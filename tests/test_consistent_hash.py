@@ -26,7 +26,7 @@ from helpers import (
     wait_until,
 )
 from lavin.api import Message
-from lavin.message import encode_properties
+from lavin.api.message import encode_properties
 from lavin.plugins.exchanges.consistent_hash import ConsistentHashExchange
 from pika.spec import BasicProperties
 

@@ -14,7 +14,7 @@ import lavin
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PLUGIN_BASES = {"lavin.exchanges": "ExchangeType", "lavin.queues": "QueueType",
+PLUGIN_BASES = {"lavin.exchanges": "ExchangeType", "lavin.queues": "MessageStore",
                 "lavin.auth": "AuthBackend"}  # fmt: skip
 
 

@@ -1,24 +1,31 @@
-"""A channel: publish assembly, deliveries, acks, confirms and transactions.
+"""A channel: publish assembly, deliveries and acks.
 
 Control methods are decoded by pamqp and handled in `lavin.amqp.handlers`; basic.publish
-and basic.ack, the two methods on the hot path, are decoded here by hand.
+and basic.ack, the two methods on the hot path, are decoded here by hand. Confirms,
+transactions, consumers and direct reply-to have modules of their own.
 """
 
 from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from itertools import takewhile
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
-from lavin import errors
 from lavin.amqp import codec
-from lavin.amqp.direct_reply import rewrite_reply_to
-from lavin.amqp.stream_info import stream_info_reply
-from lavin.api import Message
+from lavin.amqp.confirms import PublisherConfirms
+from lavin.amqp.consumer import ChannelConsumer
+from lavin.amqp.handlers import HANDLERS
+from lavin.amqp.reply_consumer import ReplyConsumer
+from lavin.amqp.transaction import Transaction
+from lavin.api import errors
+from lavin.api.message import Message
+from lavin.broker.consumer import Settles
+from lavin.broker.direct_reply import rewrite_reply_to
 from lavin.broker.expiry import message_expiration
-from lavin.broker.queue import BEHIND, NEEDS_SYNC, REJECTED, STORED, Queue
+from lavin.broker.queue import NEEDS_SYNC, MessageQueue
+from lavin.broker.vhost import UNROUTED
 from pamqp import commands
 
 if TYPE_CHECKING:
@@ -29,73 +36,9 @@ _ACK_ARGS: Final = struct.Struct(">QB")
 _EXPIRATION_OR_REPLY_TO: Final = 0x03  # flags 0x0100 and 0x0200: the high byte of the flag word
 _HEADER_ARGS: Final = struct.Struct(">HHQ")
 
-
-class Settles(Protocol):
-    """Where acks, rejects and requeues of a delivery go: its queue, or for a stream, the
-    consumer's reader (a stream keeps its messages; each consumer settles its own)."""
-
-    def ack(self, message_id: int) -> None: ...
-
-    def reject(self, message_id: int) -> None: ...
-
-    def requeue(self, message_ids: Iterable[int]) -> None: ...
-
-
 # An unacked delivery: where it settles, the store's message id, and the consumer (None
 # for basic.get).
-Unacked = tuple[Settles, int, "Consumer | None"]
-
-
-class Consumer:
-    __slots__ = (
-        "arguments",
-        "channel",
-        "exclusive",
-        "no_ack",
-        "prefetch",
-        "priority",
-        "queue",
-        "tag",
-        "tag_bytes",
-        "unacked"
-    )
-
-    def __init__(
-        self,
-        channel: Channel,
-        queue: Queue,
-        tag: str,
-        no_ack: bool,
-        exclusive: bool,
-        arguments: dict[str, Any],
-        priority: int = 0,
-    ) -> None:
-        self.channel = channel
-        self.queue = queue
-        self.tag = tag
-        self.tag_bytes = codec.shortstr(tag)
-        self.no_ack = no_ack
-        self.exclusive = exclusive
-        self.prefetch = channel.consumer_prefetch
-        self.unacked = 0
-        self.arguments = arguments
-        self.priority = priority
-
-    def can_take(self) -> bool:
-        channel = self.channel
-        if not channel.connection.writable:
-            return False
-        if self.no_ack:
-            return True
-        if self.prefetch and self.unacked >= self.prefetch:
-            return False
-        return not channel.global_prefetch or channel.consumer_unacked < channel.global_prefetch
-
-    def deliver(self, queue: Settles, message_id: int, message: Message, redelivered: bool) -> None:
-        self.channel.deliver(self, queue, message_id, message, redelivered)
-
-    def cancelled_by_broker(self) -> None:
-        self.channel.consumer_cancelled_by_broker(self)
+Unacked = tuple[Settles, int, ChannelConsumer | None]
 
 
 class Channel:
@@ -105,14 +48,12 @@ class Channel:
         self.vhost = vhost
         self.closing = False
         self.last_queue_name = ""
-        self.consumers: dict[str, Consumer] = {}
+        self.consumers: dict[str, ChannelConsumer] = {}
         self.unacked: dict[int, Unacked] = {}
         self.consumer_unacked = 0
         self.consumer_prefetch = 0
         self.global_prefetch = 0
-        # direct reply-to: the consumer tag on the pseudo-queue and this channel's address
-        self.reply_consumer_tag: bytes | None = None
-        self.reply_address: str | None = None
+        self.reply_consumer: ReplyConsumer | None = None  # of the direct reply-to pseudo-queue
         self._next_tag = 0
         # publish assembly
         self._publish: tuple[str, str, bool] | None = None
@@ -121,18 +62,8 @@ class Channel:
         self._body_parts: list[bytes] = []
         self._body_received = 0
         self._expect_header = False
-        # publisher confirms
-        self.confirm = False
-        self.publish_seq = 0
-        self._confirmed = 0
-        self._nacks: list[int] = []
-        self._sync_needed_upto = 0
-        self._synced_upto = 0
-        self._sync_registered = False
-        # transactions
-        self.tx = False
-        self._tx_publishes: list[tuple[str, bool, Message]] = []
-        self._tx_acks: list[tuple[int, bool, bool | None]] = []
+        self.confirms: PublisherConfirms | None = None  # after confirm.select
+        self.tx: Transaction | None = None  # after tx.select
 
     # ---- frames in -----------------------------------------------------------------------
 
@@ -265,121 +196,54 @@ class Channel:
         try:
             if len(properties) > 1 and properties[0] & _EXPIRATION_OR_REPLY_TO:
                 message_expiration(message)  # 406 for an invalid expiration, before anything is stored
-                rewrite_reply_to(message, self.reply_address)
-            if self.tx:
+                reply_consumer = self.reply_consumer
+                rewrite_reply_to(message, reply_consumer.address if reply_consumer is not None else None)
+            if self.tx is not None:
                 self.vhost.publishable_exchange(exchange)  # fail now, as RabbitMQ does; route at commit
-                self._tx_publishes.append((exchange, mandatory, message))
+                self.tx.add_publish(exchange, mandatory, message)
                 return
-            self._route(exchange, mandatory, message)
+            self.route(exchange, mandatory, message)
         except errors.ChannelError as exc:
             exc.class_id, exc.method_id = 60, 40
             self.close_with_error(exc)
 
-    def _route(self, exchange: str, mandatory: bool, message: Message) -> bool:
-        """Route and store a message; returns True when it must reach the disk before a confirm."""
-        try:
-            queues = self.vhost.route(exchange, message)
-        except ValueError as exc:
-            raise errors.PreconditionFailed(f"invalid message properties: {exc}") from None
-        status = STORED
-        for queue in queues:
-            result = queue.publish(message)
-            if result & BEHIND and isinstance(queue, Queue):  # only a queue holds back publishers
-                self.connection.slow_down(queue)
-            status |= result
-        needs_sync = bool(status & NEEDS_SYNC)
-        routed = bool(queues) or (not exchange and self._route_to_pseudo_queue(message))
-        if not routed and mandatory:
-            self.connection.send(
+    def route(self, exchange: str, mandatory: bool, message: Message) -> bool:
+        """Publish through the vhost and answer for it (return, confirm); returns True when
+        the message must reach the disk before a confirm or commit-ok."""
+        connection = self.connection
+        status = self.vhost.publish(exchange, message, connection.flow)
+        if status & UNROUTED and mandatory:
+            connection.send(
                 codec.return_frame(self.id, 312, "NO_ROUTE", exchange, message.routing_key)
-                + codec.content_frames(self.id, message.properties, message.body, self.connection.frame_max)
+                + codec.content_frames(self.id, message.properties, message.body, connection.frame_max)
             )
-        if self.confirm:
-            self.publish_seq += 1
-            if status & REJECTED:
-                self._nacks.append(self.publish_seq)
-            if needs_sync:
-                self._sync_needed_upto = self.publish_seq
-                self._wait_for_disk()
-            self.connection.dirty_channels.add(self)
-        return needs_sync
-
-    # ---- publisher confirms --------------------------------------------------------------
-
-    def _wait_for_disk(self) -> None:
-        if not self._sync_registered:
-            self._sync_registered = True
-            self.connection.broker.wait_for_sync(self._prepare_sync)
-
-    def _prepare_sync(self) -> Callable[[bool], None]:
-        self._sync_registered = False
-        seq = self.publish_seq
-        return lambda ok: self._on_synced(seq, ok)
-
-    def _on_synced(self, seq: int, ok: bool) -> None:
-        if self.closing or self.connection.transport is None:
-            return
-        if not ok:
-            self._nacks.extend(range(max(self._confirmed, self._synced_upto) + 1, seq + 1))
-        self._synced_upto = max(self._synced_upto, seq)
-        self.end_of_batch()
+        confirms = self.confirms
+        if confirms is not None:
+            confirms.published(status)
+            connection.dirty_channels.add(self)
+        return bool(status & NEEDS_SYNC)
 
     def end_of_batch(self) -> None:
-        """Send the confirms that may go out now, cumulative where possible."""
-        if not self.confirm or self.closing:
-            return
-        target = self.publish_seq if self._sync_needed_upto <= self._synced_upto else self._synced_upto
-        if target <= self._confirmed:
-            return
-        send = self.connection.send
-        nacks = self._nacks
-        while nacks and nacks[0] <= target:
-            nacked = nacks.pop(0)
-            if nacked - 1 > self._confirmed:
-                send(codec.confirm_frame(self.id, nacked - 1, nacked - 1 - self._confirmed > 1))
-            send(codec.confirm_frame(self.id, nacked, False, ack=False))
-            self._confirmed = nacked
-        if target > self._confirmed:
-            send(codec.confirm_frame(self.id, target, target - self._confirmed > 1))
-            self._confirmed = target
-
-    # ---- transactions --------------------------------------------------------------------
-
-    def tx_commit(self) -> None:
-        acks, self._tx_acks = self._tx_acks, []
-        publishes, self._tx_publishes = self._tx_publishes, []
-        for tag, multiple, requeue in acks:
-            if requeue is None:
-                self._ack_now(tag, multiple)
-            else:
-                self._reject_now(tag, multiple, requeue)
-        needs_sync = False
-        for exchange, mandatory, message in publishes:
-            needs_sync |= self._route(exchange, mandatory, message)
-        commit_ok = codec.method_frame(self.id, commands.Tx.CommitOk())
-        if not needs_sync:
-            self.connection.send(commit_ok)
-            return
-
-        def prepare() -> Callable[[bool], None]:
-            return lambda ok: None if self.closing else self.connection.send(commit_ok)
-
-        self.connection.broker.wait_for_sync(prepare)
-
-    def tx_rollback(self) -> None:
-        self._tx_acks.clear()
-        self._tx_publishes.clear()
+        """The end of a socket read: send the confirms that may go out now."""
+        if self.confirms is not None and not self.closing:
+            self.confirms.send_due()
 
     # ---- deliveries ----------------------------------------------------------------------
 
-    def deliver(self, consumer: Consumer, queue: Settles, message_id: int, message: Message, redelivered: bool) -> None:
+    def next_delivery_tag(self) -> int:
+        self._next_tag += 1
+        return self._next_tag
+
+    def deliver(
+        self, consumer: ChannelConsumer, settles: Settles, message_id: int, message: Message, redelivered: bool
+    ) -> None:
         self._next_tag += 1
         tag = self._next_tag
         if consumer.no_ack:
             if message_id >= 0:  # -1: handed over without ever being stored
-                queue.ack(message_id)
+                settles.ack(message_id)
         else:
-            self.unacked[tag] = (queue, message_id, consumer)
+            self.unacked[tag] = (settles, message_id, consumer)
             consumer.unacked += 1
             self.consumer_unacked += 1
         connection = self.connection
@@ -390,50 +254,19 @@ class Channel:
             )
         )
 
-    def _deliver_reply(self, message: Message) -> bool:
-        """A reply to a direct reply-to address: straight to that channel's consumer."""
-        channel = self.connection.broker.replies.channel_for(message.routing_key)
-        if channel is None or channel.reply_consumer_tag is None:
-            return False
-        channel._next_tag += 1
-        connection = channel.connection
-        connection.send(
-            codec.deliver_frames(
-                channel.id, channel.reply_consumer_tag, channel._next_tag, False, message.exchange,
-                message.routing_key, message.properties, message.body, connection.frame_max,
-            )
-        )
-        return True
-
-    def _route_to_pseudo_queue(self, message: Message) -> bool:
-        """An unroutable message on the default exchange: a reply to a direct reply-to
-        address, or a stream-info request, which is answered here."""
-        if self._deliver_reply(message):
-            return True
-        reply = stream_info_reply(self.vhost, message)
-        if reply is None:
-            return False
-        targets = self.vhost.route("", reply)
-        for target in targets:
-            target.publish(reply)
-        if not targets:
-            self._deliver_reply(reply)
-        return True
-
     def start_reply_consumer(self, tag: str, no_ack: bool) -> None:
         if not no_ack:
             raise errors.PreconditionFailed("reply consumer cannot acknowledge")
-        if self.reply_consumer_tag is not None:
+        if self.reply_consumer is not None:
             raise errors.PreconditionFailed("reply consumer already set")
-        self.reply_consumer_tag = codec.shortstr(tag)
-        self.reply_address = self.connection.broker.replies.register(self)
+        self.reply_consumer = ReplyConsumer(self, tag)
 
     def stop_reply_consumer(self) -> None:
-        if self.reply_address is not None:
-            self.connection.broker.replies.unregister(self.reply_address)
-        self.reply_consumer_tag = self.reply_address = None
+        if self.reply_consumer is not None:
+            self.reply_consumer.stop()
+            self.reply_consumer = None
 
-    def get(self, queue: Queue, no_ack: bool) -> None:
+    def get(self, queue: MessageQueue, no_ack: bool) -> None:
         item = queue.get()
         if item is None:
             self.connection.send(codec.method_frame(self.id, commands.Basic.GetEmpty()))
@@ -457,25 +290,25 @@ class Channel:
     # ---- acks from the client ------------------------------------------------------------
 
     def ack(self, tag: int, multiple: bool) -> None:
-        if self.tx:
+        if self.tx is not None:
             self._take(tag, multiple, remove=False)
-            self._tx_acks.append((tag, multiple, None))
+            self.tx.add_settlement(tag, multiple, None)
         else:
-            self._ack_now(tag, multiple)
+            self.ack_now(tag, multiple)
 
     def reject(self, tag: int, multiple: bool, requeue: bool) -> None:
-        if self.tx:
+        if self.tx is not None:
             self._take(tag, multiple, remove=False)
-            self._tx_acks.append((tag, multiple, requeue))
+            self.tx.add_settlement(tag, multiple, requeue)
         else:
-            self._reject_now(tag, multiple, requeue)
+            self.reject_now(tag, multiple, requeue)
 
-    def _ack_now(self, tag: int, multiple: bool) -> None:
+    def ack_now(self, tag: int, multiple: bool) -> None:
         for queue, message_id, _ in self._take(tag, multiple):
             queue.ack(message_id)
         self.resume_deliveries()
 
-    def _reject_now(self, tag: int, multiple: bool, requeue: bool) -> None:
+    def reject_now(self, tag: int, multiple: bool, requeue: bool) -> None:
         entries = self._take(tag, multiple)
         if requeue:
             self._requeue(entries)
@@ -525,19 +358,19 @@ class Channel:
 
     # ---- consumers -----------------------------------------------------------------------
 
-    def add_consumer(self, consumer: Consumer) -> None:
+    def add_consumer(self, consumer: ChannelConsumer) -> None:
         self.consumers[consumer.tag] = consumer
         consumer.queue.add_consumer(consumer)
 
     def cancel_consumer(self, tag: str) -> None:
-        if self.reply_consumer_tag is not None and self.reply_consumer_tag[1:] == tag.encode():
+        if self.reply_consumer is not None and self.reply_consumer.tag == tag:
             self.stop_reply_consumer()
             return
         consumer = self.consumers.pop(tag, None)
         if consumer is not None:
             consumer.queue.remove_consumer(consumer)
 
-    def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
+    def consumer_cancelled_by_broker(self, consumer: ChannelConsumer) -> None:
         """The queue went away: tell the client (consumer_cancel_notify)."""
         if self.consumers.pop(consumer.tag, None) is None or self.closing:
             return
@@ -573,8 +406,8 @@ class Channel:
         self.unacked.clear()
         self.consumer_unacked = 0
         self._requeue(entries)
-        self._tx_publishes.clear()
-        self._tx_acks.clear()
+        if self.tx is not None:
+            self.tx.rollback()
         self._publish = None
         self._body_parts = []
 
@@ -593,6 +426,3 @@ def _parse_publish(payload: bytes) -> tuple[str, str, bool] | None:
         return exchange, routing_key, bool(payload[offset] & 1)
     except (IndexError, UnicodeDecodeError):
         return None
-
-# Handlers need Consumer and Channel; importing them last keeps the cycle harmless.
-from lavin.amqp.handlers import HANDLERS

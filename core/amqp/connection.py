@@ -10,20 +10,18 @@ import asyncio
 import logging
 import platform
 import struct
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import lavin
-from lavin import errors
 from lavin.amqp import codec
 from lavin.amqp.channel import Channel
-from lavin.api import User
+from lavin.api import errors
+from lavin.api.auth import User
+from lavin.broker.broker import Broker
+from lavin.broker.flow import PublisherFlow
+from lavin.broker.vhost import VHost
 from pamqp import commands
 from pamqp import decode as pamqp_decode
-
-if TYPE_CHECKING:
-    from lavin.broker.broker import Broker
-    from lavin.broker.queue import Queue
-    from lavin.broker.vhost import VHost
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +48,7 @@ AWAIT_OPEN: Final = 3
 OPEN: Final = 4
 CLOSING: Final = 5
 CLOSED: Final = 6
+AUTHENTICATING: Final = 7  # start-ok received, the auth backends not done yet
 
 
 class Connection(asyncio.Protocol):
@@ -79,7 +78,7 @@ class Connection(asyncio.Protocol):
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
         self.dirty_channels: set[Channel] = set()
-        self._slowed_by: set[Queue] = set()
+        self.flow: PublisherFlow | None = None
 
     # ---- transport callbacks -------------------------------------------------------------
 
@@ -91,6 +90,7 @@ class Connection(asyncio.Protocol):
         self.peer_host = str(peername[0])
         self.peer = f"{peername[0]}:{peername[1]}"
         stream.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
+        self.flow = PublisherFlow(self._pause_reading, self._resume_reading)
         self.broker.connections.add(self)
         # A client that never finishes the handshake must not hold a socket forever.
         self._close_timer = self.loop.call_later(10.0, self._handshake_timeout)
@@ -162,7 +162,8 @@ class Connection(asyncio.Protocol):
         frame_type: int
         channel_id: int
         size: int
-        while end - offset >= 7 and self.state != CLOSED:
+        # Frames that arrive while a login is being checked wait in the buffer.
+        while end - offset >= 7 and self.state != CLOSED and self.state != AUTHENTICATING:
             frame_type, channel_id, size = unpack_head(data, offset)
             if size + 8 > frame_max:
                 raise _frame_error(frame_type, data, offset, f"{{frame_too_large,{size},{frame_max - 8}}}")
@@ -229,11 +230,11 @@ class Connection(asyncio.Protocol):
             return
         index = codec.METHOD_ID.unpack_from(payload, 0)[0]
         if index == commands.Connection.CloseOk.index:
-            self._abort()
+            self.abort()
         elif index == commands.Connection.Close.index:
             self.send(codec.method_frame(0, commands.Connection.CloseOk()))
             self._flush()
-            self._abort()
+            self.abort()
 
     def _decode(self, payload: bytes) -> Any:
         class_id, method_id = struct.unpack_from(">HH", payload, 0)
@@ -257,9 +258,9 @@ class Connection(asyncio.Protocol):
         if isinstance(method, commands.Connection.Close):
             self.send(codec.method_frame(0, commands.Connection.CloseOk()))
             self._flush()
-            self._abort()
+            self.abort()
         elif isinstance(method, commands.Connection.CloseOk):
-            self._abort()
+            self.abort()
         elif expected is not None:
             if not isinstance(method, expected):
                 raise errors.CommandInvalid(f"expected '{expected.name}', got '{method.name}'")
@@ -292,15 +293,31 @@ class Connection(asyncio.Protocol):
         self.send(codec.method_frame(0, start))
 
     def _on_start_ok(self, method: commands.Connection.StartOk) -> None:
+        """Authenticate without blocking the loop: reading pauses until the backends answer
+        (a client sends nothing before tune anyway)."""
         self.client_properties = dict(method.client_properties or {})
         try:
             username, password = self._credentials(method.mechanism, method.response or "")
-            user = self.broker.authenticate(username, password, self.peer_host, method.mechanism)
-        except errors.ConnectionAccessRefused:
-            capabilities = self.client_properties.get("capabilities") or {}
-            if capabilities.get("authentication_failure_close"):
-                raise
-            self._abort()  # pre-capability clients expect the socket to just close
+        except errors.ConnectionAccessRefused as exc:
+            self._refuse_login(exc)
+            return
+        self.state = AUTHENTICATING
+        self._pause_reading()
+        task = self.loop.create_task(self.broker.authenticate(username, password, self.peer_host, method.mechanism))
+        task.add_done_callback(self._authenticated)
+
+    def _authenticated(self, task: asyncio.Task[User]) -> None:
+        if self.state != AUTHENTICATING:  # the client went away meanwhile
+            return
+        self._resume_reading()
+        try:
+            user = task.result()
+        except errors.ConnectionAccessRefused as exc:
+            self._refuse_login(exc)
+            return
+        except Exception:  # a broken backend must cost this login only
+            log.exception("authentication of a client from %s failed", self.peer)
+            self._refuse_login(errors.ConnectionAccessRefused("authentication failed"))
             return
         self.user = user
         tune = commands.Connection.Tune(
@@ -310,6 +327,15 @@ class Connection(asyncio.Protocol):
         )
         self.send(codec.method_frame(0, tune))
         self.state = AWAIT_TUNE_OK
+        if self.buffer:  # frames that came in while the backends were asked
+            self.data_received(b"")
+
+    def _refuse_login(self, exc: errors.ConnectionAccessRefused) -> None:
+        capabilities = self.client_properties.get("capabilities") or {}
+        if capabilities.get("authentication_failure_close"):
+            self.close_with_error(exc)
+        else:
+            self.abort()  # pre-capability clients expect the socket to just close
 
     @staticmethod
     def _credentials(mechanism: str, response: str | bytes) -> tuple[str, str]:
@@ -400,17 +426,15 @@ class Connection(asyncio.Protocol):
             for channel in list(self.dirty_channels):
                 channel.end_of_batch()
             self.dirty_channels.clear()
-        if self._slowed_by:
-            if self.transport is not None and not self.transport.is_closing():
-                self.transport.pause_reading()
-            for queue in self._slowed_by:
-                queue.hold_publisher(self)
-            self._slowed_by.clear()
+        flow = self.flow
+        if flow is not None and flow.slowed_by:
+            flow.end_of_batch()
 
-    def slow_down(self, queue: Queue) -> None:
-        self._slowed_by.add(queue)
+    def _pause_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
 
-    def resume_publishing(self) -> None:
+    def _resume_reading(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
@@ -442,9 +466,9 @@ class Connection(asyncio.Protocol):
         self._flush()
         if self._close_timer is not None:
             self._close_timer.cancel()
-        self._close_timer = self.loop.call_later(CLOSE_TIMEOUT, self._abort)
+        self._close_timer = self.loop.call_later(CLOSE_TIMEOUT, self.abort)
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
         self._flush()
         if self.transport is not None:
             self.transport.close()
@@ -466,7 +490,7 @@ class Connection(asyncio.Protocol):
         self._close_timer = None
         if self.state != OPEN:
             log.warning("connection from %s did not finish the handshake in time", self.peer)
-            self._abort()
+            self.abort()
 
     def _heartbeat_tick(self) -> None:
         if self.state == CLOSED:
@@ -477,7 +501,7 @@ class Connection(asyncio.Protocol):
             self._missed_heartbeats += 1
             if self._missed_heartbeats >= 4:  # ticks are half an interval: two intervals of silence
                 log.warning("missed heartbeats from client %s, timeout: %ss", self.peer, self.heartbeat)
-                self._abort()
+                self.abort()
                 return
         self._received_since_tick = False
         if not self._sent_since_tick:

@@ -10,17 +10,19 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lavin import errors
 from lavin.amqp import codec
-from lavin.amqp.channel import Consumer
-from lavin.amqp.direct_reply import PSEUDO_QUEUE
+from lavin.amqp.confirms import PublisherConfirms
+from lavin.amqp.consumer import ChannelConsumer
+from lavin.amqp.transaction import Transaction
+from lavin.api import errors
 from lavin.broker.arguments import parse_consumer_priority
+from lavin.broker.direct_reply import PSEUDO_QUEUE
+from lavin.broker.queue import MessageQueue, Queue
 from lavin.broker.stream_queue import StreamQueue
 from pamqp import commands as c
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Channel
-    from lavin.broker.queue import Queue
 
 Handler = Callable[["Channel", Any], None]
 
@@ -44,6 +46,16 @@ def _queue_name(channel: Channel, name: str) -> str:
 
 def _queue(channel: Channel, name: str) -> Queue:
     return channel.vhost.get_queue(_queue_name(channel, name), channel.connection)
+
+
+def _message_queue(channel: Channel, name: str, operation: str) -> MessageQueue:
+    """A queue that hands out and drops messages; 540 for a stream, as in RabbitMQ."""
+    queue = _queue(channel, name)
+    if not isinstance(queue, MessageQueue):
+        raise errors.NotImplemented_(
+            f"{operation} not supported by stream queues queue '{queue.name}' in vhost '{channel.vhost.name}'"
+        )
+    return queue
 
 
 # ---- channel ---------------------------------------------------------------------------
@@ -154,7 +166,7 @@ def queue_unbind(channel: Channel, method: c.Queue.Unbind) -> None:
 
 
 def queue_purge(channel: Channel, method: c.Queue.Purge) -> None:
-    count = _queue(channel, method.queue).purge()
+    count = _message_queue(channel, method.queue, "queue.purge").purge()
     if not method.nowait:
         _reply(channel, c.Queue.PurgeOk(message_count=count))
 
@@ -202,7 +214,7 @@ def basic_consume(channel: Channel, method: c.Basic.Consume) -> None:
         raise errors.AccessRefused(f"queue '{queue.name}' in vhost '{channel.vhost.name}' in exclusive use")
     arguments = _args(method.arguments)
     priority = parse_consumer_priority(queue.name, channel.vhost.name, arguments)
-    consumer = Consumer(channel, queue, tag, bool(method.no_ack), bool(method.exclusive), arguments, priority)
+    consumer = ChannelConsumer(channel, queue, tag, bool(method.no_ack), bool(method.exclusive), arguments, priority)
     if isinstance(queue, StreamQueue):
         queue.prepare_reader(consumer)  # a stream's consumer rules, checked before consume-ok
     if not method.nowait:
@@ -217,7 +229,7 @@ def basic_cancel(channel: Channel, method: c.Basic.Cancel) -> None:
 
 
 def basic_get(channel: Channel, method: c.Basic.Get) -> None:
-    channel.get(_queue(channel, method.queue), bool(method.no_ack))
+    channel.get(_message_queue(channel, method.queue, "basic.get"), bool(method.no_ack))
 
 
 def basic_reject(channel: Channel, method: c.Basic.Reject) -> None:
@@ -245,30 +257,32 @@ def basic_recover_async(channel: Channel, method: c.Basic.RecoverAsync) -> None:
 
 
 def confirm_select(channel: Channel, method: c.Confirm.Select) -> None:
-    if channel.tx:
+    if channel.tx is not None:
         raise errors.PreconditionFailed("cannot switch from tx to confirm mode")
-    channel.confirm = True
+    if channel.confirms is None:
+        channel.confirms = PublisherConfirms(channel)
     if not method.nowait:
         _reply(channel, c.Confirm.SelectOk())
 
 
 def tx_select(channel: Channel, method: c.Tx.Select) -> None:
-    if channel.confirm:
+    if channel.confirms is not None:
         raise errors.PreconditionFailed("cannot switch from confirm to tx mode")
-    channel.tx = True
+    if channel.tx is None:
+        channel.tx = Transaction(channel)
     _reply(channel, c.Tx.SelectOk())
 
 
 def tx_commit(channel: Channel, method: c.Tx.Commit) -> None:
-    if not channel.tx:
+    if channel.tx is None:
         raise errors.PreconditionFailed("channel is not transactional")
-    channel.tx_commit()
+    channel.tx.commit()
 
 
 def tx_rollback(channel: Channel, method: c.Tx.Rollback) -> None:
-    if not channel.tx:
+    if channel.tx is None:
         raise errors.PreconditionFailed("channel is not transactional")
-    channel.tx_rollback()
+    channel.tx.rollback()
     _reply(channel, c.Tx.RollbackOk())
 
 

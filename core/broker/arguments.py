@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lavin import errors
+from lavin.api import errors
+from lavin.api.arguments import field_type
 
 if TYPE_CHECKING:
     from lavin.broker.exchange import Exchange
@@ -83,21 +84,6 @@ def check_exchange_equivalence(
         if received != current:
             raise _inequivalent(arg, "exchange", exchange.name, vhost, received, current)
     _check_arguments(COMPARED_EXCHANGE_ARGUMENTS, "exchange", exchange.name, vhost, arguments, exchange.arguments)
-
-
-def field_type(value: object) -> str:
-    """The AMQP field type RabbitMQ names in errors (clients send small ints as signedint)."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -(2**31) <= value < 2**31 else "long"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    return "longstr"
 
 
 def _typed(value: object) -> str:

@@ -1,25 +1,33 @@
-"""The broker: vhosts, connections, authentication and the group-commit writer."""
+"""The broker: vhosts, connections, authentication, storage engines and the group-commit writer."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from lavin import errors
-from lavin.amqp.connection import Connection
-from lavin.amqp.direct_reply import ReplyRegistry
-from lavin.api import AuthBackend, User
+from lavin.api import errors
+from lavin.api.auth import AuthBackend, User
+from lavin.broker.direct_reply import ReplyRegistry
 from lavin.broker.group_commit import GroupCommit, SyncWaiter
 from lavin.broker.vhost import VHost
-
-if TYPE_CHECKING:
-    from lavin.config import Config
-    from lavin.plugin_registry import Registry
+from lavin.config import Config
+from lavin.plugin_registry import Registry
+from lavin.storage.toolkit import SegmentStorage
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 2.0
+
+
+class ClientConnection(Protocol):
+    """A client connection as the broker sees it (the protocol layer's)."""
+
+    def close(self, reply_code: int, reply_text: str) -> None:
+        """Send connection.close and wait briefly for close-ok."""
+
+    def abort(self) -> None:
+        """Drop the socket now."""
 
 
 class Broker:
@@ -27,10 +35,11 @@ class Broker:
         self.config = config
         self.registry = registry
         self.loop = asyncio.get_event_loop()
-        self.connections: set[Connection] = set()
+        self.connections: set[ClientConnection] = set()
         self.vhosts: dict[str, VHost] = {}
         self.group_commit = GroupCommit(self.loop)
         self.replies = ReplyRegistry()
+        self.storage = SegmentStorage()
         self.auth_backends: list[AuthBackend] = []
         for name in config.auth_backends:
             backend_class = registry.auth_backends.get(name)
@@ -46,9 +55,6 @@ class Broker:
         vhost.start()
         self.vhosts[vhost.name] = vhost
 
-    def protocol_factory(self) -> Connection:
-        return Connection(self)
-
     async def shutdown(self) -> None:
         for connection in list(self.connections):
             connection.close(320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'")
@@ -56,16 +62,16 @@ class Broker:
         while self.connections and self.loop.time() < deadline:
             await asyncio.sleep(0.02)
         for connection in list(self.connections):
-            if connection.transport is not None:
-                connection.transport.abort()
+            connection.abort()
         await self.group_commit.drain()
         for vhost in self.vhosts.values():
             vhost.close()
 
-    def authenticate(self, username: str, password: str, peer_host: str, mechanism: str) -> User:
+    async def authenticate(self, username: str, password: str, peer_host: str, mechanism: str) -> User:
+        """Ask the backends in order; the first that knows the user decides."""
         for backend in self.auth_backends:
             try:
-                user = backend.authenticate(username, password, peer_host)
+                user = await backend.authenticate(username, password, peer_host)
             except errors.AccessRefused as exc:
                 log.warning("login of user '%s' from %s refused: %s", username, peer_host, exc.text)
                 raise _login_refused(mechanism) from None

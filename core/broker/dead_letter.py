@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lavin.api import Message
 from lavin.broker.sender_selected import routing_keys_of
-from lavin.message import encode_properties
+from lavin.api.message import encode_properties
 
 if TYPE_CHECKING:
     from lavin.broker.exchange import Reached

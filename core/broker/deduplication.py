@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from lavin import errors
+from lavin.api import errors
 from lavin.api import Message
 from lavin.broker.queue import STORED
 

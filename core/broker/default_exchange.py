@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from lavin.api import Arguments, Binding, Destination, ExchangeType, Message
-from lavin.errors import AccessRefused
+from lavin.api.errors import AccessRefused
 
 if TYPE_CHECKING:
     from lavin.broker.queue import Queue

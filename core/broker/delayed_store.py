@@ -19,10 +19,11 @@ from heapq import heappop, heappush
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lavin import errors
-from lavin.api import Message, SegmentStore
+from lavin.api import errors
+from lavin.api import Message
+from lavin.storage.segment_store import SegmentStore
 from lavin.broker.queue import NEEDS_SYNC, STORED
-from lavin.message import encode_properties
+from lavin.api.message import encode_properties
 
 if TYPE_CHECKING:
     import asyncio

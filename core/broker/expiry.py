@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from lavin import errors
+from lavin.api import errors
 from lavin.api import Message
 
 EXPIRATION_FLAG = 0x01  # 0x0100 in the property flag word: its high byte

@@ -1,7 +1,7 @@
 """The core queue: consumers, delivery order, TTL, limits, dead-lettering, lifecycle.
 
-Storage and ordering belong to the queue-type plugin (`self.store`); this class decides
-who gets the next message, when a message dies and when the queue goes away.
+Storage and ordering belong to the queue-type plugin (`store`); these classes decide who
+gets the next message, when a message dies and when the queue goes away.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from lavin.api import Message, QueueType
 from lavin.broker.arguments import QueueSettings
+from lavin.broker.consumer import Consumer
 from lavin.broker.dead_letter import dead_letter
 from lavin.broker.delivery_counts import DeliveryCounts
 from lavin.broker.expiry import EXPIRATION_FLAG, ExpiryIndex, expires_at
+from lavin.broker.flow import PublisherFlow
 from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
     import asyncio
 
-    from lavin.amqp.channel import Consumer
-    from lavin.amqp.connection import Connection
     from lavin.broker.exchange import Exchange
     from lavin.broker.vhost import VHost
 
@@ -51,9 +51,172 @@ def now_ms() -> int:
 # StreamQueue subclasses it, and setup.py may compile this module.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Queue:
-    """A queue in a vhost."""
+    """A queue in a vhost: its consumers, bindings, flow control and lifecycle.
 
-    kind = "queue"  # as a routing destination (lavin.api.destination_identity)
+    `MessageQueue` (a `QueueType` store) and `StreamQueue` (a `StreamType` log) are the
+    two kinds; the vhost and the protocol layer see only this class.
+    """
+
+    kind = "queue"  # as a routing destination (lavin.api.Destination)
+
+    def __init__(
+        self,
+        vhost: VHost,
+        name: str,
+        settings: QueueSettings,
+        *,
+        durable: bool,
+        exclusive_owner: object | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        self.vhost = vhost
+        self.loop = vhost.broker.loop
+        self._mark_dirty = vhost.broker.group_commit.mark_dirty
+        self.name = name
+        self.settings = settings
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner  # the connection an exclusive queue belongs to
+        self.auto_delete = auto_delete
+        self.arguments = arguments
+        self.consumers: list[Consumer] = []
+        self.bound_from: set[Exchange] = set()
+        self.deleted = False
+        self._had_consumer = False
+        self._drain_scheduled = False
+        self._held_publishers: set[PublisherFlow] = set()
+        self._deliveries = 0  # drained deliveries, so flow control can tell progress from a stall
+        self._flow_timer: asyncio.TimerHandle | None = None
+        self._unused_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def persistent(self) -> bool:
+        """Its messages and definition survive a restart (durable, not exclusive)."""
+        return self.durable and self.exclusive_owner is None
+
+    @property
+    def message_count(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    def publish(self, message: Message) -> int:
+        """Store a message and deliver it if a consumer can take it now: STORED, or-ed
+        with NEEDS_SYNC, REJECTED and BEHIND."""
+        raise NotImplementedError
+
+    def flush_store(self) -> list[int]:
+        """Group commit: hand buffered writes to the OS, return fds to fsync."""
+        raise NotImplementedError
+
+    def _can_deliver(self) -> bool:
+        raise NotImplementedError
+
+    def _deliver_batch(self) -> None:
+        """Up to DRAIN_BATCH deliveries; a full batch schedules the next drain."""
+        raise NotImplementedError
+
+    # ---- consumers -----------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        if not self.settings.single_active_consumer:
+            # Highest priority first; sort is stable, so equals stay in arrival order.
+            self.consumers.sort(key=lambda c: -c.priority)
+        self._had_consumer = True
+        self._cancel_unused_timer()
+        self.schedule_drain()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        try:
+            self.consumers.remove(consumer)
+        except ValueError:
+            return
+        if self.consumers or self.deleted:
+            self.schedule_drain()  # a single active consumer may have handed over
+            return
+        self.release_publishers()
+        if self.auto_delete and self._had_consumer:
+            self.vhost.delete_queue(self)
+        else:
+            self.touch()
+
+    def has_exclusive_consumer(self) -> bool:
+        return any(c.exclusive for c in self.consumers)
+
+    def schedule_drain(self) -> None:
+        """Deliver in a later loop step, at most one drain pending at a time."""
+        if not self._drain_scheduled and self._can_deliver():
+            self._drain_scheduled = True
+            self.loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        if not self.deleted:
+            self._deliver_batch()
+
+    def hold_publisher(self, publisher: PublisherFlow) -> None:
+        """`publisher` paused reading because of this queue; resume it once we catch up."""
+        self._held_publishers.add(publisher)
+        if self._flow_timer is None:
+            self._flow_timer = self.loop.call_later(FLOW_STALL, self._check_flow, self._deliveries)
+
+    def _check_flow(self, deliveries_before: int) -> None:
+        self._flow_timer = None
+        if not self._held_publishers:
+            return
+        if self._deliveries == deliveries_before:
+            self.release_publishers()  # the consumers stalled: nothing to wait for
+        else:
+            self._flow_timer = self.loop.call_later(FLOW_STALL, self._check_flow, self._deliveries)
+
+    def release_publishers(self) -> None:
+        if self._flow_timer is not None:
+            self._flow_timer.cancel()
+            self._flow_timer = None
+        held, self._held_publishers = self._held_publishers, set()
+        for publisher in held:
+            publisher.resume()
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def touch(self) -> None:
+        """The queue was used: restart the x-expires countdown (only while it has no consumers)."""
+        expires = self.settings.expires
+        if expires is None or self.consumers or self.deleted:
+            return
+        self._cancel_unused_timer()
+        self._unused_timer = self.loop.call_later(expires / 1000, self._expire_unused)
+
+    def _cancel_unused_timer(self) -> None:
+        if self._unused_timer is not None:
+            self._unused_timer.cancel()
+            self._unused_timer = None
+
+    def _expire_unused(self) -> None:
+        self._unused_timer = None
+        if not self.consumers and not self.deleted:
+            self.vhost.delete_queue(self)
+
+    def _stop_timers(self) -> None:
+        self.release_publishers()
+        self._cancel_unused_timer()
+
+    def close(self) -> None:
+        """Release files; data stays for the next start."""
+        raise NotImplementedError
+
+    def delete(self) -> None:
+        """Remove the data for good."""
+        raise NotImplementedError
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+class MessageQueue(Queue):
+    """A queue whose `QueueType` store takes, acks and requeues: TTL, length limits,
+    delivery limits and dead-lettering happen here."""
 
     def __init__(
         self,
@@ -63,36 +226,22 @@ class Queue:
         settings: QueueSettings,
         *,
         durable: bool,
-        exclusive_owner: Connection | None,
+        exclusive_owner: object | None,
         auto_delete: bool,
         arguments: dict[str, Any],
     ) -> None:
-        self.vhost = vhost
-        self.loop = vhost.broker.loop
-        self._mark_dirty = vhost.broker.group_commit.mark_dirty
-        self.name = name
+        super().__init__(
+            vhost, name, settings, durable=durable, exclusive_owner=exclusive_owner, auto_delete=auto_delete,
+            arguments=arguments,
+        )
         self.store = store
-        self.settings = settings
-        self.durable = durable
-        self.exclusive_owner = exclusive_owner
-        self.auto_delete = auto_delete
-        self.arguments = arguments
-        self.consumers: list[Consumer] = []
-        self.bound_from: set[Exchange] = set()
-        self.deleted = False
-        self._had_consumer = False
         self._rr: dict[int, int] = {}  # round-robin position per consumer priority
-        self._drain_scheduled = False
-        self._held_publishers: set[Connection] = set()
-        self._deliveries = 0  # drained deliveries, so flow control can tell progress from a stall
-        self._flow_timer: asyncio.TimerHandle | None = None
         self._limited = settings.max_length is not None or settings.max_length_bytes is not None
         self._expiry = ExpiryIndex()
         # Per-message expirations were seen, or a queue TTL is set: check at delivery.
         self._may_expire = settings.message_ttl is not None
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._expiry_due = 0
-        self._unused_timer: asyncio.TimerHandle | None = None
         self._delivery_counts = (
             DeliveryCounts(store.path if store.durable else None, not len(store))
             if settings.delivery_limit is not None
@@ -102,15 +251,11 @@ class Queue:
         self._arm_expiry()
 
     def __repr__(self) -> str:
-        return f"<Queue {self.name!r}>"
+        return f"<MessageQueue {self.name!r}>"
 
     @property
     def message_count(self) -> int:
         return len(self.store)
-
-    @property
-    def consumer_count(self) -> int:
-        return len(self.consumers)
 
     # ---- publishing ----------------------------------------------------------------------
 
@@ -185,32 +330,6 @@ class Queue:
 
     # ---- consumers -----------------------------------------------------------------------
 
-    def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
-        if not self.settings.single_active_consumer:
-            # Highest priority first; sort is stable, so equals stay in arrival order.
-            self.consumers.sort(key=lambda c: -c.priority)
-        self._had_consumer = True
-        self._cancel_unused_timer()
-        self.schedule_drain()
-
-    def remove_consumer(self, consumer: Consumer) -> None:
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
-            return
-        if self.consumers or self.deleted:
-            self.schedule_drain()  # a single active consumer may have handed over
-            return
-        self.release_publishers()
-        if self.auto_delete and self._had_consumer:
-            self.vhost.delete_queue(self)
-        else:
-            self.touch()
-
-    def has_exclusive_consumer(self) -> bool:
-        return any(c.exclusive for c in self.consumers)
-
     def _next_consumer(self) -> Consumer | None:
         consumers = self.consumers
         if len(consumers) == 1 or self.settings.single_active_consumer:
@@ -233,17 +352,6 @@ class Queue:
             start = end
         return None
 
-    def schedule_drain(self) -> None:
-        """Deliver in a later loop step, at most one drain pending at a time."""
-        if not self._drain_scheduled and self._can_deliver():
-            self._drain_scheduled = True
-            self.loop.call_soon(self._drain)
-
-    def _drain(self) -> None:
-        self._drain_scheduled = False
-        if not self.deleted:
-            self._deliver_batch()
-
     def _can_deliver(self) -> bool:
         return bool(self.consumers) and bool(len(self.store))
 
@@ -257,36 +365,14 @@ class Queue:
             if item is None:
                 break
             message_id, message, redelivered = item
-            consumer.deliver(self, message_id, message, redelivered)  # type: ignore[union-attr]
+            assert consumer is not None
+            consumer.deliver(self, message_id, message, redelivered)
             delivered += 1
         else:
             self.schedule_drain()
         self._deliveries += delivered
         if self._held_publishers and not len(store):
             self.release_publishers()
-
-    def hold_publisher(self, connection: Connection) -> None:
-        """`connection` paused reading because of this queue; resume it once we catch up."""
-        self._held_publishers.add(connection)
-        if self._flow_timer is None:
-            self._flow_timer = self.loop.call_later(FLOW_STALL, self._check_flow, self._deliveries)
-
-    def _check_flow(self, deliveries_before: int) -> None:
-        self._flow_timer = None
-        if not self._held_publishers:
-            return
-        if self._deliveries == deliveries_before:
-            self.release_publishers()  # the consumers stalled: nothing to wait for
-        else:
-            self._flow_timer = self.loop.call_later(FLOW_STALL, self._check_flow, self._deliveries)
-
-    def release_publishers(self) -> None:
-        if self._flow_timer is not None:
-            self._flow_timer.cancel()
-            self._flow_timer = None
-        held, self._held_publishers = self._held_publishers, set()
-        for connection in held:
-            connection.resume_publishing()
 
     def _take_live(self) -> tuple[int, Message, bool] | None:
         """The next ready message that has not expired, with its delivery count header."""
@@ -417,31 +503,11 @@ class Queue:
 
     # ---- lifecycle -----------------------------------------------------------------------
 
-    def touch(self) -> None:
-        """The queue was used: restart the x-expires countdown (only while it has no consumers)."""
-        expires = self.settings.expires
-        if expires is None or self.consumers or self.deleted:
-            return
-        self._cancel_unused_timer()
-        self._unused_timer = self.loop.call_later(expires / 1000, self._expire_unused)
-
-    def _cancel_unused_timer(self) -> None:
-        if self._unused_timer is not None:
-            self._unused_timer.cancel()
-            self._unused_timer = None
-
-    def _expire_unused(self) -> None:
-        self._unused_timer = None
-        if not self.consumers and not self.deleted:
-            self.vhost.delete_queue(self)
-
     def flush_store(self) -> list[int]:
-        """Group commit: hand buffered writes to the OS, return fds to fsync."""
         return [] if self.deleted else self.store.flush()
 
     def _stop_timers(self) -> None:
-        self.release_publishers()
-        self._cancel_unused_timer()
+        super()._stop_timers()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
             self._expiry_timer = None
@@ -449,14 +515,11 @@ class Queue:
             self._delivery_counts.close()
 
     def close(self) -> None:
-        """Release files; data stays for the next start."""
         self.deleted = True
         self._stop_timers()
         self.store.close()
 
     def delete(self) -> None:
-        """Remove the data for good."""
         self.deleted = True
         self._stop_timers()
         self.store.delete()
-

@@ -17,12 +17,13 @@ from datetime import datetime
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
-from lavin import errors
+from lavin.api import errors
 from lavin.api import Message, StreamCursor, field_type, parse_duration
-from lavin.storage.record import HEADERS_FLAG, headers_offset, now_ms
+from lavin.api.message import HEADERS_FLAG, headers_offset
+from lavin.storage.record import now_ms
 
 if TYPE_CHECKING:
-    from lavin.amqp.channel import Consumer
+    from lavin.broker.consumer import Consumer
     from lavin.broker.stream_queue import StreamQueue
 
 OFFSET_ARGUMENT = "x-stream-offset"

@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from lavin import errors
+from lavin.api import errors
 from lavin.api import Message, StreamType
 from lavin.broker.arguments import QueueSettings
+from lavin.broker.consumer import Consumer
 from lavin.broker.queue import DRAIN_BATCH, NEEDS_SYNC, Queue
 from lavin.broker.stream_consumer import (
     OFFSET_ARGUMENT,
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable
 
-    from lavin.amqp.channel import Consumer
-    from lavin.amqp.connection import Connection
     from lavin.broker.vhost import VHost
 
 log = logging.getLogger(__name__)
@@ -67,8 +66,6 @@ def check_stream_declaration(
 class StreamQueue(Queue):
     """A queue whose messages stay after ack; each consumer reads from its own offset."""
 
-    store: StreamType
-
     def __init__(
         self,
         vhost: VHost,
@@ -77,14 +74,15 @@ class StreamQueue(Queue):
         settings: QueueSettings,
         *,
         durable: bool,
-        exclusive_owner: Connection | None,
+        exclusive_owner: object | None,
         auto_delete: bool,
         arguments: dict[str, Any],
     ) -> None:
         super().__init__(
-            vhost, name, store, settings, durable=durable, exclusive_owner=exclusive_owner, auto_delete=auto_delete,
+            vhost, name, settings, durable=durable, exclusive_owner=exclusive_owner, auto_delete=auto_delete,
             arguments=arguments,
         )
+        self.store = store
         self._readers: dict[Consumer, StreamReader] = {}
         self._offsets = ConsumerOffsets(store.path)
         self._committed = store.written_offset  # a recovered log is on disk
@@ -158,7 +156,7 @@ class StreamQueue(Queue):
             raise errors.PreconditionFailed(f"consumer prefetch count is not set for stream {resource}")
         if consumer.no_ack:
             raise errors.NotImplemented_(f"automatic acknowledgement not supported by stream {resource}")
-        if consumer.channel.global_prefetch:
+        if consumer.shares_credit():
             raise errors.NotImplemented_(f"{resource} does not support global qos")
         stored = self._offsets.get(consumer.tag) if is_tracked(consumer) else None
         if stored is not None:
@@ -196,14 +194,6 @@ class StreamQueue(Queue):
         if unfinished:
             self.schedule_drain()
 
-    # ---- what a stream does not do ---------------------------------------------------------
-
-    def get(self) -> tuple[int, Message, bool] | None:
-        raise errors.NotImplemented_(f"basic.get not supported by stream queues {self._resource()}")
-
-    def purge(self) -> int:
-        raise errors.NotImplemented_(f"queue.purge not supported by stream queues {self._resource()}")
-
     # ---- stream info -----------------------------------------------------------------------
 
     def stream_info(self) -> dict[str, int]:
@@ -219,11 +209,15 @@ class StreamQueue(Queue):
     # ---- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        self._retention_timer.cancel()
-        self._offsets.close()
-        super().close()
+        self._stop()
+        self.store.close()
 
     def delete(self) -> None:
+        self._stop()
+        self.store.delete()
+
+    def _stop(self) -> None:
+        self.deleted = True
+        self._stop_timers()
         self._retention_timer.cancel()
         self._offsets.close()
-        super().delete()

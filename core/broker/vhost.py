@@ -8,10 +8,12 @@ import shutil
 import uuid
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
-from lavin import errors
-from lavin.api import InvalidArgument, Message, StreamType
+from lavin.api import errors
+from lavin.api.arguments import InvalidArgument
+from lavin.api.message import Message
+from lavin.api.queue import QueueType, StreamType
 from lavin.broker.arguments import (
     QueueSettings,
     check_exchange_equivalence,
@@ -21,7 +23,9 @@ from lavin.broker.arguments import (
 )
 from lavin.broker.default_exchange import DefaultExchangeTable
 from lavin.broker.exchange import Exchange, Target
-from lavin.broker.queue import Queue
+from lavin.broker.flow import PublisherFlow
+from lavin.broker.queue import BEHIND, STORED, MessageQueue, Queue
+from lavin.broker.stream_info import stream_info_reply
 from lavin.broker.stream_queue import StreamQueue, check_stream_declaration
 from lavin.storage.definitions_store import (
     BindingDef,
@@ -31,7 +35,6 @@ from lavin.storage.definitions_store import (
 )
 
 if TYPE_CHECKING:
-    from lavin.amqp.connection import Connection
     from lavin.broker.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,9 @@ DEFAULT_EXCHANGES = (
 )
 
 Destination: TypeAlias = Queue | Exchange
+
+# VHost.publish results beyond Queue.publish's: nothing took the message.
+UNROUTED: Final = 8
 
 
 class VHost:
@@ -88,7 +94,7 @@ class VHost:
                 "queue",
                 queue_def.name,
                 lambda d=queue_def: self._create_queue(
-                    d.name, durable=True, exclusive_owner=None, auto_delete=d.auto_delete,
+                    d.name, durable=True, owner=None, auto_delete=d.auto_delete,
                     arguments=dict(d.arguments),
                 ),
             )
@@ -116,14 +122,14 @@ class VHost:
         for exchange in self.exchanges.values():
             exchange.close()
         for queue in list(self.queues.values()):
-            if queue.store.durable:
+            if queue.persistent:
                 queue.close()
             else:
                 queue.delete()
         if self.definitions is not None:
             self.definitions.close()
 
-    def connection_closed(self, connection: Connection) -> None:
+    def connection_closed(self, connection: object) -> None:
         """Exclusive queues go with the connection that declared them."""
         for queue in [q for q in self.queues.values() if q.exclusive_owner is connection]:
             self.delete_queue(queue)
@@ -216,7 +222,7 @@ class VHost:
 
     # ---- queues --------------------------------------------------------------------------
 
-    def get_queue(self, name: str, connection: Connection | None = None) -> Queue:
+    def get_queue(self, name: str, connection: object | None = None) -> Queue:
         queue = self.queues.get(name)
         if queue is None:
             raise errors.NotFound(f"no queue '{name}' in vhost '{self.name}'")
@@ -224,7 +230,7 @@ class VHost:
             self.check_exclusive(queue, connection)
         return queue
 
-    def check_exclusive(self, queue: Queue, connection: Connection, exclusive: bool | None = None) -> None:
+    def check_exclusive(self, queue: Queue, connection: object, exclusive: bool | None = None) -> None:
         """405 unless this connection may use the queue (and, on redeclare, asks for the same exclusivity)."""
         foreign = queue.exclusive_owner is not None and queue.exclusive_owner is not connection
         if foreign or (exclusive is not None and exclusive != (queue.exclusive_owner is not None)):
@@ -237,7 +243,7 @@ class VHost:
     def declare_queue(
         self,
         name: str,
-        connection: Connection,
+        connection: object,
         *,
         passive: bool,
         durable: bool,
@@ -258,8 +264,8 @@ class VHost:
             existing.touch()
             return existing
         queue = self._create_queue(
-            name, durable=durable, exclusive_owner=connection if exclusive else None,
-            auto_delete=auto_delete, arguments=arguments,
+            name, durable=durable, owner=connection if exclusive else None, auto_delete=auto_delete,
+            arguments=arguments,
         )
         if durable and not exclusive and self.definitions is not None:
             self.definitions.queue_declared(QueueDef(name, auto_delete, arguments))
@@ -267,38 +273,45 @@ class VHost:
         return queue
 
     def _create_queue(
-        self, name: str, *, durable: bool, exclusive_owner: Connection | None, auto_delete: bool,
-        arguments: dict[str, Any],
+        self, name: str, *, durable: bool, owner: object | None, auto_delete: bool, arguments: dict[str, Any]
     ) -> Queue:
+        """A queue of the type its arguments select; `owner` is the connection of an exclusive one."""
         type_name = queue_type_name(arguments)
         queue_type = self.broker.registry.queue_types.get(type_name)
-        queue_class: type[Queue] = Queue
-        if queue_type is not None and issubclass(queue_type, StreamType):
+        if queue_type is None:
+            raise errors.PreconditionFailed(f"unknown queue type '{type_name}' for queue '{name}'")
+        is_stream = issubclass(queue_type, StreamType)
+        if is_stream:
             check_stream_declaration(
-                name, self.name, durable=durable, exclusive=exclusive_owner is not None, auto_delete=auto_delete,
+                name, self.name, durable=durable, exclusive=owner is not None, auto_delete=auto_delete,
                 arguments=arguments,
             )
             settings = QueueSettings()  # a stream's limits are retention, which its store applies
-            queue_class = StreamQueue
         else:
             settings = parse_queue_settings(name, self.name, arguments)
-        if queue_type is None:
-            raise errors.PreconditionFailed(f"unknown queue type '{type_name}' for queue '{name}'")
-        persistent = durable and exclusive_owner is None
+        persistent = durable and owner is None
         parent = self.data_dir if persistent else self.transient_dir
         path = parent / hashlib.sha1(name.encode()).hexdigest()
         try:
-            store = queue_type(path, arguments, persistent)
+            store = queue_type.create(path, arguments, persistent, self.broker.storage)
         except InvalidArgument as exc:
             raise errors.PreconditionFailed(
                 f"invalid arg '{exc.argument}' for queue '{name}' in vhost '{self.name}': {exc.reason}"
             ) from None
         if persistent:
             (path / ".queue").write_text(name)
-        queue = queue_class(
-            self, name, store, settings, durable=durable, exclusive_owner=exclusive_owner,
-            auto_delete=auto_delete, arguments=arguments,
-        )
+        options: dict[str, Any] = {
+            "durable": durable, "exclusive_owner": owner, "auto_delete": auto_delete, "arguments": arguments,
+        }
+        queue: Queue
+        if isinstance(store, StreamType):
+            queue = StreamQueue(self, name, store, settings, **options)
+        elif isinstance(store, QueueType) and not is_stream:
+            queue = MessageQueue(self, name, store, settings, **options)
+        else:
+            store.delete()
+            log.error("queue type '%s' built a %s, which is not of its kind", type_name, type(store).__name__)
+            raise errors.PreconditionFailed(f"queue type '{type_name}' failed to create queue '{name}'")
         self.queues[name] = queue
         return queue
 
@@ -317,7 +330,7 @@ class VHost:
             self._auto_delete_if_unbound(exchange)
         queue.bound_from.clear()
         queue.delete()
-        if queue.durable and queue.exclusive_owner is None and self.definitions is not None:
+        if queue.persistent and self.definitions is not None:
             self.definitions.queue_deleted(queue.name)
         self._changed("queue", queue.name, "deleted")
         return count
@@ -358,7 +371,7 @@ class VHost:
         if not source.durable:
             return False
         if isinstance(destination, Queue):
-            return destination.durable and destination.exclusive_owner is None
+            return destination.persistent
         return destination.durable
 
     @staticmethod
@@ -368,9 +381,43 @@ class VHost:
 
     # ---- publishing ----------------------------------------------------------------------
 
+    def publish(self, exchange_name: str, message: Message, publisher: PublisherFlow | None) -> int:
+        """Route a message and store it wherever it goes: Queue.publish's result for all of
+        its queues or-ed together, with UNROUTED when nothing took it. A queue whose
+        consumers fall behind slows `publisher` down. Raises 404/403 for a missing or
+        internal exchange and 406 for malformed properties, before anything is stored."""
+        try:
+            targets = self.route(exchange_name, message)
+        except ValueError as exc:
+            raise errors.PreconditionFailed(f"invalid message properties: {exc}") from None
+        status = STORED
+        for target in targets:
+            result = target.publish(message)
+            if result & BEHIND and publisher is not None and isinstance(target, Queue):
+                publisher.slow_down(target)
+            status |= result
+        if not targets and not (exchange_name == "" and self._publish_to_pseudo_queue(message)):
+            status |= UNROUTED
+        return status
+
+    def _publish_to_pseudo_queue(self, message: Message) -> bool:
+        """An unroutable message on the default exchange: a reply to a direct reply-to
+        address, or a stream-info request, which is answered here."""
+        replies = self.broker.replies
+        if replies.deliver(message):
+            return True
+        reply = stream_info_reply(self, message)
+        if reply is None:
+            return False
+        targets = self.route("", reply)
+        for target in targets:
+            target.publish(reply)
+        if not targets:
+            replies.deliver(reply)
+        return True
+
     def route(self, exchange_name: str, message: Message) -> Collection[Target]:
-        """Where a message goes, to be stored there with `publish`; raises 404/403 for a
-        missing or internal exchange."""
+        """Where a message goes; raises 404/403 for a missing or internal exchange."""
         if exchange_name == "" and (len(message.properties) < 2 or not message.properties[0] & 0x20):
             # The common case, without headers and so without CC or BCC, skips the walk.
             queue = self.queues.get(message.routing_key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
-from lavin.message import Message
+from lavin.api.message import Message
 
 # Sized to cover the backlog that publisher flow control allows (lavin.broker.queue.FLOW_HIGH).
 WINDOW_MESSAGES: Final = 16384

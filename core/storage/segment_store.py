@@ -18,7 +18,7 @@ from heapq import heappop, heappush
 from pathlib import Path
 from typing import Final
 
-from lavin.message import Message
+from lavin.api.message import Message, is_persistent
 from lavin.storage.decoded_window import DecodedWindow
 from lavin.storage.disk import ensure_directory, open_directory, recreate_directory
 from lavin.storage.record import (
@@ -28,7 +28,6 @@ from lavin.storage.record import (
     append_record,
     body_size,
     decode_record,
-    is_persistent,
     now_ms,
     prepare_record,
     record_size,

@@ -22,11 +22,11 @@ import struct
 import zlib
 from bisect import bisect_left, bisect_right
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from lavin.message import Message
+from lavin.api.message import Message, is_persistent
+from lavin.api.queue import Retention, StreamType
 from lavin.storage.disk import ensure_directory, open_directory
 from lavin.storage.record import (
     FILE_HEADER_BYTES,
@@ -34,7 +34,6 @@ from lavin.storage.record import (
     FLAG_PERSISTENT,
     append_record,
     decode_record,
-    is_persistent,
     now_ms,
     prepare_record,
     record_size,
@@ -65,15 +64,6 @@ _FIRST_SEGMENT = struct.Struct("<QQ")  # segment id, its first offset; then a cr
 _CRC = struct.Struct("<I")
 _WRITE_BUFFER_LIMIT = 1 << 20
 _NEVER = 1 << 64  # sorts after every timestamp: the empty segment being written
-
-
-@dataclass(frozen=True)
-class Retention:
-    """How much of the log to keep; None means no limit of that kind."""
-
-    max_length: int | None = None  # messages
-    max_bytes: int | None = None  # segment bytes
-    max_age_ms: int | None = None  # a segment goes once its newest message is older
 
 
 class _Segment:
@@ -116,7 +106,7 @@ class LogCursor:
         return offset, decode_record(buffer, start)
 
 
-class StreamStore:
+class StreamStore(StreamType):
     """The segments of one stream in `path`; an existing log is recovered on open."""
 
     MAX_SEGMENT_SIZE: ClassVar[int] = 1 << 32  # positions in a segment are u32

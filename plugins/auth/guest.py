@@ -29,7 +29,7 @@ def is_loopback(peer_host: str) -> bool:
 class GuestAuth(AuthBackend):
     name = "guest"
 
-    def authenticate(self, username: str, password: str, peer_host: str) -> User | None:
+    async def authenticate(self, username: str, password: str, peer_host: str) -> User | None:
         if username != GUEST:
             return None
         if not hmac.compare_digest(password.encode("utf-8", "surrogateescape"), GUEST.encode()):

@@ -26,7 +26,7 @@ from lavin.api import (
     destination_identity,
 )
 
-from .binding_table import BindingId, BindingTable
+from lavin.api import BindingId, BindingTable
 from .jump_hash import jump_bucket
 
 HASHABLE_PROPERTIES = ("message_id", "correlation_id", "timestamp")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lavin.api import Arguments, Binding, Destination, Message
 
-from .binding_table import BindingId, BindingTable, DestinationSet
+from lavin.api import BindingId, BindingTable, DestinationSet
 
 
 class FanoutExchange(BindingTable):

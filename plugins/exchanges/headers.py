@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from lavin.api import Arguments, Binding, Destination, Message, PreconditionFailed
 
-from .binding_table import BindingId, BindingTable, DestinationSet, frozen
+from lavin.api import BindingId, BindingTable, DestinationSet, frozen
 
 # x-match value -> whether one condition is enough.
 MATCH_MODES = {"all": False, "any": True, "all-with-x": False, "any-with-x": True}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from lavin.api import Arguments, Binding, Destination, Message
 
-from .binding_table import BindingId, BindingTable, DestinationSet
+from lavin.api import BindingId, BindingTable, DestinationSet
 
 ONE_WORD = "*"
 ANY_WORDS = "#"

@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
 
-from lavin.api import Arguments, QueueType, SegmentStore
+from lavin.api import Arguments, QueueType, StorageToolkit
 
 
-class ClassicQueue(SegmentStore):
-    """A FIFO queue whose every operation is the segment store's own.
+class ClassicQueue(QueueType):
+    """A FIFO queue: the core's segment store, as it is.
 
-    Inheriting instead of wrapping keeps the per-message calls (push, take, skip, ack)
-    free of a forwarding call. It is a QueueType by registration rather than by a second
-    base class, so that setup.py can compile it as a subclass of the compiled store.
+    `create` hands out the store itself rather than a wrapper around it, so the
+    per-message calls (push, take, skip, ack) reach the compiled store with no forwarding
+    call in between. The class is never instantiated.
     """
 
-    name: ClassVar[str] = "classic"
+    name = "classic"
 
-    def __init__(self, path: Path, arguments: Arguments, durable: bool) -> None:
-        super().__init__(path, durable)
-        self.arguments = arguments
-
-
-QueueType.register(ClassicQueue)
+    @classmethod
+    def create(cls, path: Path, arguments: Arguments, durable: bool, storage: StorageToolkit) -> QueueType:
+        return storage.fifo_store(path, durable)

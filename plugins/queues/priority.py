@@ -20,11 +20,8 @@ from lavin.api import (
     Message,
     PreconditionFailed,
     QueueType,
-    SegmentStore,
-    ensure_directory,
-    list_ids,
+    StorageToolkit,
     message_priority,
-    recreate_directory,
 )
 
 MAX_SUPPORTED_PRIORITY = 255
@@ -56,9 +53,23 @@ def max_priority_argument(value: object) -> int:
     )
 
 
-def _existing_levels(path: Path) -> list[int]:
+def _existing_levels(path: Path, storage: StorageToolkit) -> list[int]:
     """The levels with a directory, ascending; a level above 255 would not fit in an id."""
-    return [level for level in list_ids(path, _LEVEL_PREFIX, digits=3) if level <= MAX_SUPPORTED_PRIORITY]
+    levels = storage.numbered_entries(path, _LEVEL_PREFIX, 3)
+    return [level for level in levels if level <= MAX_SUPPORTED_PRIORITY]
+
+
+# A level's store is the toolkit's, not a subclass of ours: call its methods by name.
+def _skip(store: QueueType, store_id: int) -> None:
+    store.skip(store_id)
+
+
+def _remove(store: QueueType, store_id: int) -> None:
+    store.remove(store_id)
+
+
+def _requeue(store: QueueType, store_ids: list[int]) -> None:
+    store.requeue(store_ids)
 
 
 class PriorityQueue(QueueType):
@@ -66,18 +77,19 @@ class PriorityQueue(QueueType):
 
     name = "priority"
 
-    def __init__(self, path: Path, arguments: Arguments, durable: bool) -> None:
+    def __init__(self, path: Path, arguments: Arguments, durable: bool, storage: StorageToolkit) -> None:
         super().__init__(path, arguments, durable)
         self.max_priority = max_priority_argument(arguments.get("x-max-priority"))
-        self._levels: dict[int, SegmentStore] = {}
+        self._storage = storage
+        self._levels: dict[int, QueueType] = {}
         self._ready_levels: list[int] = []  # ascending levels holding ready messages
         self._ready = 0
         self._ready_bytes = 0
         if not durable:
-            recreate_directory(path)
+            storage.recreate_directory(path)
             return
-        ensure_directory(path)
-        for level in _existing_levels(path):
+        storage.ensure_directory(path)
+        for level in _existing_levels(path, storage):
             store = self._open_level(level)
             if not len(store):  # nothing survived: no need to hold its files open
                 store.delete()
@@ -86,6 +98,10 @@ class PriorityQueue(QueueType):
             self._ready_levels.append(level)
             self._ready += len(store)
             self._ready_bytes += store.ready_bytes
+
+    @classmethod
+    def create(cls, path: Path, arguments: Arguments, durable: bool, storage: StorageToolkit) -> PriorityQueue:
+        return cls(path, arguments, durable, storage)
 
     # -- the queue's operations ------------------------------------------------------------
 
@@ -132,10 +148,10 @@ class PriorityQueue(QueueType):
         return level << _LEVEL_SHIFT | store_id, message, redelivered
 
     def skip(self, message_id: int) -> None:
-        self._change_ready(message_id >> _LEVEL_SHIFT, SegmentStore.skip, message_id & _STORE_ID_MASK)
+        self._change_ready(message_id >> _LEVEL_SHIFT, _skip, message_id & _STORE_ID_MASK)
 
     def remove(self, message_id: int) -> None:
-        self._change_ready(message_id >> _LEVEL_SHIFT, SegmentStore.remove, message_id & _STORE_ID_MASK)
+        self._change_ready(message_id >> _LEVEL_SHIFT, _remove, message_id & _STORE_ID_MASK)
 
     def ack(self, message_id: int) -> None:
         self._levels[message_id >> _LEVEL_SHIFT].ack(message_id & _STORE_ID_MASK)
@@ -145,7 +161,7 @@ class PriorityQueue(QueueType):
         for message_id in message_ids:
             by_level.setdefault(message_id >> _LEVEL_SHIFT, []).append(message_id & _STORE_ID_MASK)
         for level, store_ids in by_level.items():
-            self._change_ready(level, SegmentStore.requeue, store_ids)
+            self._change_ready(level, _requeue, store_ids)
 
     def read(self, message_id: int) -> Message:
         return self._levels[message_id >> _LEVEL_SHIFT].read(message_id & _STORE_ID_MASK)
@@ -182,13 +198,13 @@ class PriorityQueue(QueueType):
 
     # -- levels ----------------------------------------------------------------------------
 
-    def _open_level(self, level: int) -> SegmentStore:
-        store = SegmentStore(self.path / f"{_LEVEL_PREFIX}{level:03d}", self.durable)
+    def _open_level(self, level: int) -> QueueType:
+        store = self._storage.fifo_store(self.path / f"{_LEVEL_PREFIX}{level:03d}", self.durable)
         self._levels[level] = store
         return store
 
     def _change_ready(
-        self, level: int, change: Callable[[SegmentStore, _Argument], None], argument: _Argument
+        self, level: int, change: Callable[[QueueType, _Argument], None], argument: _Argument
     ) -> None:
         """Apply `change` to one level's store and carry its effect over to the totals."""
         store = self._levels[level]

@@ -13,7 +13,7 @@ from lavin.api import (
     Arguments,
     InvalidArgument,
     Retention,
-    StreamStore,
+    StorageToolkit,
     StreamType,
     field_type,
     parse_duration,
@@ -47,25 +47,25 @@ def _max_age(arguments: Arguments) -> int | None:
     return milliseconds
 
 
-def _segment_size(arguments: Arguments) -> int | None:
+def _segment_size(arguments: Arguments, limit: int) -> int | None:
     size = _non_negative(arguments, SEGMENT_SIZE_ARGUMENT)
-    limit = StreamStore.MAX_SEGMENT_SIZE
     if size is not None and not 0 < size <= limit:
         reason = f"{{value_zero,{size}}}" if not size else f"{{value_too_large,{size}}} (at most {limit})"
         raise InvalidArgument(SEGMENT_SIZE_ARGUMENT, reason)
     return size
 
 
-class StreamQueueType(StreamStore, StreamType):
-    """Every operation is the stream store's own; the arguments only configure it."""
+class StreamQueueType(StreamType):
+    """The core's stream store, configured by the declare arguments. Never instantiated."""
 
     name = "stream"
 
-    def __init__(self, path: Path, arguments: Arguments, durable: bool) -> None:
-        StreamType.__init__(self, path, arguments, durable)
+    @classmethod
+    def create(cls, path: Path, arguments: Arguments, durable: bool, storage: StorageToolkit) -> StreamType:
         retention = Retention(
             max_length=_non_negative(arguments, "x-max-length"),
             max_bytes=_non_negative(arguments, "x-max-length-bytes"),
             max_age_ms=_max_age(arguments),
         )
-        StreamStore.__init__(self, path, segment_size=_segment_size(arguments), retention=retention)
+        segment_size = _segment_size(arguments, storage.max_stream_segment_size)
+        return storage.stream_store(path, segment_size, retention)

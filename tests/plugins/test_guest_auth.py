@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
+import asyncio
+
 import pytest
 from lavin.api import AccessRefused
 from lavin.plugins.auth.guest import GuestAuth
@@ -24,7 +26,7 @@ def test_entry_point_loads_the_backend() -> None:
     "peer_host", ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "::ffff:127.0.0.1", "::1%lo"]
 )
 def test_guest_from_loopback_gets_full_rights_on_default_vhost(peer_host: str) -> None:
-    user = GuestAuth().authenticate("guest", "guest", peer_host)
+    user = asyncio.run(GuestAuth().authenticate("guest", "guest", peer_host))
     assert user is not None
     assert user.name == "guest"
     assert user.tags == ("administrator",)
@@ -37,7 +39,7 @@ def test_guest_from_loopback_gets_full_rights_on_default_vhost(peer_host: str) -
 )
 def test_guest_from_elsewhere_is_refused(peer_host: str) -> None:
     with pytest.raises(AccessRefused) as raised:
-        GuestAuth().authenticate("guest", "guest", peer_host)
+        asyncio.run(GuestAuth().authenticate("guest", "guest", peer_host))
     assert raised.value.text == LOOPBACK_ONLY
 
 
@@ -45,11 +47,11 @@ def test_guest_from_elsewhere_is_refused(peer_host: str) -> None:
 def test_wrong_password_is_refused_without_detail(password: str) -> None:
     for peer_host in ("127.0.0.1", "10.0.0.1"):
         with pytest.raises(AccessRefused) as raised:
-            GuestAuth().authenticate("guest", password, peer_host)
+            asyncio.run(GuestAuth().authenticate("guest", password, peer_host))
         assert raised.value.text == LOGIN_REFUSED
         assert raised.value.reply_text == f"ACCESS_REFUSED - {LOGIN_REFUSED}"
 
 
 @pytest.mark.parametrize("username", ["admin", "Guest", "", "guest2"])
 def test_other_users_are_left_to_other_backends(username: str) -> None:
-    assert GuestAuth().authenticate(username, "guest", "127.0.0.1") is None
+    assert asyncio.run(GuestAuth().authenticate(username, "guest", "127.0.0.1")) is None

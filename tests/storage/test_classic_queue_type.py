@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from lavin.api import QueueType
-from lavin.message import Message, encode_properties
+from lavin.api.message import Message, encode_properties
 from lavin.plugins.queues.classic import ClassicQueue
+from lavin.storage.toolkit import SegmentStorage
 
 
 def test_classic_queue_is_a_queue_type_backed_by_files(tmp_path: Path) -> None:
-    queue = ClassicQueue(tmp_path / "q", {"x-queue-mode": "lazy"}, durable=True)
+    queue = ClassicQueue.create(tmp_path / "q", {"x-queue-mode": "lazy"}, True, SegmentStorage())
     assert isinstance(queue, QueueType)
-    assert (queue.name, queue.arguments, queue.durable) == ("classic", {"x-queue-mode": "lazy"}, True)
+    assert queue.durable
     persistent = encode_properties({"delivery_mode": 2})
     first = queue.push(Message("", "q", persistent, b"one"))
     queue.push(Message("", "q", persistent, b"two"))
@@ -28,7 +29,7 @@ def test_classic_queue_is_a_queue_type_backed_by_files(tmp_path: Path) -> None:
     queue.ack(message_id)
     queue.close()
 
-    reopened = ClassicQueue(tmp_path / "q", {}, durable=True)
+    reopened = ClassicQueue.create(tmp_path / "q", {}, True, SegmentStorage())
     survivor = reopened.take()
     assert survivor is not None and survivor[1].body == b"two"
     assert reopened.take() is None

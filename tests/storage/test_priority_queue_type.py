@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from lavin.api import PreconditionFailed, QueueType
-from lavin.message import Message, encode_properties
+from lavin.api.message import Message, encode_properties
+from lavin.storage.toolkit import SegmentStorage
 from lavin.plugins.queues.priority import PriorityQueue
 
 
@@ -29,7 +30,7 @@ def bodies(queue: PriorityQueue) -> list[bytes]:
 
 @pytest.fixture(params=[True, False], ids=["durable", "transient"])
 def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PriorityQueue]:
-    opened = PriorityQueue(tmp_path / "q", {"x-max-priority": 10}, request.param)
+    opened = PriorityQueue.create(tmp_path / "q", {"x-max-priority": 10}, request.param, SegmentStorage())
     yield opened
     opened.delete()
 
@@ -89,11 +90,11 @@ def test_skip_remove_and_purge_keep_the_totals(queue: PriorityQueue) -> None:
 )
 def test_x_max_priority_must_be_an_integer_from_0_to_255(tmp_path: Path, value: object, reason: str) -> None:
     with pytest.raises(PreconditionFailed, match=f"invalid arg 'x-max-priority': {reason}"):
-        PriorityQueue(tmp_path / "q", {"x-max-priority": value}, durable=False)
+        PriorityQueue.create(tmp_path / "q", {"x-max-priority": value}, False, SegmentStorage())
 
 
 def test_x_max_priority_0_is_a_queue_of_one_level(tmp_path: Path) -> None:
-    queue = PriorityQueue(tmp_path / "q", {"x-max-priority": 0}, durable=False)
+    queue = PriorityQueue.create(tmp_path / "q", {"x-max-priority": 0}, False, SegmentStorage())
     queue.push(message(b"first", 9))
     queue.push(message(b"second"))
     assert bodies(queue) == [b"first", b"second"]
@@ -101,7 +102,7 @@ def test_x_max_priority_0_is_a_queue_of_one_level(tmp_path: Path) -> None:
 
 
 def test_levels_survive_a_restart_and_empty_ones_are_dropped(tmp_path: Path) -> None:
-    queue = PriorityQueue(tmp_path / "q", {"x-max-priority": 10}, durable=True)
+    queue = PriorityQueue.create(tmp_path / "q", {"x-max-priority": 10}, True, SegmentStorage())
     gone = queue.push(message(b"acked", 8))
     queue.push(message(b"transient", 6, persistent=False))
     for body, priority in [(b"p1", 1), (b"p5-a", 5), (b"p5-b", 5), (b"p0", None)]:
@@ -112,7 +113,7 @@ def test_levels_survive_a_restart_and_empty_ones_are_dropped(tmp_path: Path) -> 
     queue.ack(gone)  # "transient" stays unacked: a restart drops it all the same
     queue.close()
 
-    reopened = PriorityQueue(tmp_path / "q", {"x-max-priority": 10}, durable=True)
+    reopened = PriorityQueue.create(tmp_path / "q", {"x-max-priority": 10}, True, SegmentStorage())
     assert len(reopened) == 4 and reopened.ready_bytes == len(b"p1p5-ap5-bp0")
     assert sorted(os.listdir(tmp_path / "q")) == ["prio.000", "prio.001", "prio.005"]
     assert bodies(reopened) == [b"p5-a", b"p5-b", b"p1", b"p0"]
@@ -121,10 +122,10 @@ def test_levels_survive_a_restart_and_empty_ones_are_dropped(tmp_path: Path) -> 
 
 
 def test_a_transient_queue_starts_empty(tmp_path: Path) -> None:
-    queue = PriorityQueue(tmp_path / "q", {"x-max-priority": 3}, durable=False)
+    queue = PriorityQueue.create(tmp_path / "q", {"x-max-priority": 3}, False, SegmentStorage())
     queue.push(message(b"gone", 2))
     queue.close()
-    reopened = PriorityQueue(tmp_path / "q", {"x-max-priority": 3}, durable=False)
+    reopened = PriorityQueue.create(tmp_path / "q", {"x-max-priority": 3}, False, SegmentStorage())
     assert len(reopened) == 0 and os.listdir(tmp_path / "q") == []
     reopened.delete()
 
@@ -132,7 +133,7 @@ def test_a_transient_queue_starts_empty(tmp_path: Path) -> None:
 def test_random_operations_match_a_simple_model(tmp_path: Path) -> None:
     """Per level: requeued ids (smallest first) before never-taken ones (in push order)."""
     rng = random.Random(11)
-    queue = PriorityQueue(tmp_path / "q", {"x-max-priority": 4}, durable=True)
+    queue = PriorityQueue.create(tmp_path / "q", {"x-max-priority": 4}, True, SegmentStorage())
     ready: dict[int, int] = {}  # id -> body size
     requeued: set[int] = set()
     taken: list[int] = []

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lavin.message import Message, encode_properties
-from lavin.storage.record import is_persistent, message_priority
+from lavin.api.message import Message, encode_properties
+from lavin.api.message import is_persistent, message_priority
 from lavin.storage.segment_store import SegmentStore
 
 PERSISTENT = encode_properties({"delivery_mode": 2})

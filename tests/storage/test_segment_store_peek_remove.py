@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lavin.message import Message, encode_properties
+from lavin.api.message import Message, encode_properties
 from lavin.storage.segment_store import SegmentStore
 
 PERSISTENT = encode_properties({"delivery_mode": 2})

@@ -10,13 +10,14 @@ import pytest
 from lavin.api import (
     InvalidArgument,
     Retention,
-    StreamStore,
     StreamType,
     parse_duration,
 )
-from lavin.message import Message, encode_properties
+from lavin.api.message import Message, encode_properties
 from lavin.plugins.queues.stream import StreamQueueType
 from lavin.storage.stream_index import STRIDE
+from lavin.storage.stream_store import StreamStore
+from lavin.storage.toolkit import SegmentStorage
 from lavin.storage.stream_offsets import OFFSETS_FILE, ConsumerOffsets
 
 PERSISTENT = encode_properties({"delivery_mode": 2})
@@ -161,10 +162,13 @@ def test_retention_by_bytes_and_by_age(tmp_path: Path) -> None:
 
 
 def test_the_plugin_reads_its_arguments(tmp_path: Path) -> None:
-    stream = StreamQueueType(
-        tmp_path / "s", {"x-max-age": "7D", "x-max-length-bytes": 10, "x-stream-max-segment-size-bytes": 999}, True
+    stream = StreamQueueType.create(
+        tmp_path / "s",
+        {"x-max-age": "7D", "x-max-length-bytes": 10, "x-stream-max-segment-size-bytes": 999},
+        True,
+        SegmentStorage(),
     )
-    assert isinstance(stream, StreamType) and stream.name == "stream"
+    assert isinstance(stream, StreamStore) and isinstance(stream, StreamType)
     assert stream.retention == Retention(max_bytes=10, max_age_ms=7 * 86_400_000)
     assert stream.segment_size == 999
     stream.delete()
@@ -176,7 +180,7 @@ def test_the_plugin_reads_its_arguments(tmp_path: Path) -> None:
     }
     for argument, (value, reason) in refused.items():
         with pytest.raises(InvalidArgument) as error:
-            StreamQueueType(tmp_path / argument, {argument: value}, True)
+            StreamQueueType.create(tmp_path / argument, {argument: value}, True, SegmentStorage())
         assert (error.value.argument, error.value.reason) == (argument, reason)
         assert not (tmp_path / argument).exists()
 

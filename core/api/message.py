@@ -36,6 +36,54 @@ PROPERTY_FIELDS: Final[tuple[tuple[int, str, str], ...]] = (
 EMPTY_PROPERTIES: Final = b"\x00\x00"
 
 
+# Bits of the property flag word's first byte. Message.persistent and Message.props decode
+# every property; the readers below run for each stored message and allocate nothing.
+_CONTENT_TYPE: Final = 0x80
+_CONTENT_ENCODING: Final = 0x40
+HEADERS_FLAG: Final = 0x20
+_DELIVERY_MODE: Final = 0x10
+_PRIORITY: Final = 0x08
+_SIZED_FIELDS: Final = _CONTENT_TYPE | _CONTENT_ENCODING | HEADERS_FLAG
+
+
+def headers_offset(properties: bytes) -> int:
+    """Offset of the headers table (or of where it would go), just past the flag word,
+    content_type and content_encoding."""
+    flags = properties[0]
+    offset = 2
+    if flags & _CONTENT_TYPE:
+        offset += 1 + properties[offset]
+    if flags & _CONTENT_ENCODING:
+        offset += 1 + properties[offset]
+    return offset
+
+
+def _after_sized_fields(properties: bytes) -> int:
+    """Offset of delivery_mode, just past content_type, content_encoding and headers."""
+    offset = headers_offset(properties)
+    if properties[0] & HEADERS_FLAG:
+        offset += 4 + _U32.unpack_from(properties, offset)[0]
+    return offset
+
+
+def is_persistent(properties: bytes) -> bool:
+    """delivery_mode == 2, found by skipping the fields before it."""
+    if len(properties) < 3 or not properties[0] & _DELIVERY_MODE:
+        return False
+    offset = _after_sized_fields(properties) if properties[0] & _SIZED_FIELDS else 2
+    return offset < len(properties) and properties[offset] == 2
+
+
+def message_priority(properties: bytes) -> int:
+    """The priority property, 0 when absent, found by skipping the fields before it."""
+    if len(properties) < 3 or not properties[0] & _PRIORITY:
+        return 0
+    offset = _after_sized_fields(properties) if properties[0] & _SIZED_FIELDS else 2
+    if properties[0] & _DELIVERY_MODE:
+        offset += 1
+    return properties[offset] if offset < len(properties) else 0
+
+
 def decode_properties(raw: bytes) -> dict[str, Any]:
     """Decode a property flag word and its fields into a dict of the fields present.
 

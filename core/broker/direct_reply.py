@@ -8,35 +8,46 @@ that routes, through the default exchange, to that consumer only (as RabbitMQ do
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from lavin import errors
-from lavin.api import Message
-
-if TYPE_CHECKING:
-    from lavin.amqp.channel import Channel
+from lavin.api import errors
+from lavin.api.message import Message
 
 PSEUDO_QUEUE = "amq.rabbitmq.reply-to"
 ADDRESS_PREFIX = PSEUDO_QUEUE + "."
 _REPLY_TO_FLAG = 0x02  # 0x0200 in the property flag word: its high byte
 
 
+class ReplyConsumer(Protocol):
+    """A consumer of the pseudo-queue (a channel's, in the protocol layer)."""
+
+    def deliver_reply(self, message: Message) -> None: ...
+
+
 class ReplyRegistry:
-    """Addresses of the channels that consume from the pseudo-queue."""
+    """Addresses of the consumers of the pseudo-queue."""
 
     def __init__(self) -> None:
-        self._channels: dict[str, Channel] = {}
+        self._consumers: dict[str, ReplyConsumer] = {}
 
-    def register(self, channel: Channel) -> str:
+    def register(self, consumer: ReplyConsumer) -> str:
         address = ADDRESS_PREFIX + secrets.token_urlsafe(18)
-        self._channels[address] = channel
+        self._consumers[address] = consumer
         return address
 
     def unregister(self, address: str) -> None:
-        self._channels.pop(address, None)
+        self._consumers.pop(address, None)
 
-    def channel_for(self, routing_key: str) -> Channel | None:
-        return self._channels.get(routing_key) if routing_key.startswith(ADDRESS_PREFIX) else None
+    def deliver(self, message: Message) -> bool:
+        """Hand a message routed to a reply address to its consumer; False when the
+        routing key is no live address."""
+        if not message.routing_key.startswith(ADDRESS_PREFIX):
+            return False
+        consumer = self._consumers.get(message.routing_key)
+        if consumer is None:
+            return False
+        consumer.deliver_reply(message)
+        return True
 
 
 def rewrite_reply_to(message: Message, address: str | None) -> None:

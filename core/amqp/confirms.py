@@ -1,0 +1,71 @@
+"""Publisher confirms of one channel: sequence numbers, nacks, and waiting for the disk.
+
+A confirm for a persistent message in a durable queue goes out only after the group
+commit's fsync covered it; a failed fsync nacks what it covered. Confirms are sent at the
+end of each socket read, cumulative (`multiple`) where possible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from lavin.amqp import codec
+from lavin.broker.queue import NEEDS_SYNC, REJECTED
+
+if TYPE_CHECKING:
+    from lavin.amqp.channel import Channel
+
+
+class PublisherConfirms:
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.publish_seq = 0
+        self._confirmed = 0
+        self._nacks: list[int] = []
+        self._sync_needed_upto = 0
+        self._synced_upto = 0
+        self._sync_registered = False
+
+    def published(self, status: int) -> None:
+        """Count one publish with its VHost.publish status."""
+        self.publish_seq += 1
+        if status & REJECTED:
+            self._nacks.append(self.publish_seq)
+        if status & NEEDS_SYNC:
+            self._sync_needed_upto = self.publish_seq
+            if not self._sync_registered:
+                self._sync_registered = True
+                self.channel.connection.broker.wait_for_sync(self._prepare_sync)
+
+    def _prepare_sync(self) -> Callable[[bool], None]:
+        self._sync_registered = False
+        seq = self.publish_seq
+        return lambda ok: self._on_synced(seq, ok)
+
+    def _on_synced(self, seq: int, ok: bool) -> None:
+        channel = self.channel
+        if channel.closing or channel.connection.transport is None:
+            return
+        if not ok:
+            self._nacks.extend(range(max(self._confirmed, self._synced_upto) + 1, seq + 1))
+        self._synced_upto = max(self._synced_upto, seq)
+        self.send_due()
+
+    def send_due(self) -> None:
+        """Send the confirms that may go out now, cumulative where possible."""
+        target = self.publish_seq if self._sync_needed_upto <= self._synced_upto else self._synced_upto
+        if target <= self._confirmed:
+            return
+        channel_id = self.channel.id
+        send = self.channel.connection.send
+        nacks = self._nacks
+        while nacks and nacks[0] <= target:
+            nacked = nacks.pop(0)
+            if nacked - 1 > self._confirmed:
+                send(codec.confirm_frame(channel_id, nacked - 1, nacked - 1 - self._confirmed > 1))
+            send(codec.confirm_frame(channel_id, nacked, False, ack=False))
+            self._confirmed = nacked
+        if target > self._confirmed:
+            send(codec.confirm_frame(channel_id, target, target - self._confirmed > 1))
+            self._confirmed = target

@@ -1,0 +1,85 @@
+"""The public surface for plugins: import this package, never other `lavin` modules.
+
+Exchange types own a routing table (`ExchangeType`, or `BindingTable` to build on); queue
+types own storage and ordering (`QueueType`, `StreamType`), with the core's engines handed
+to them as a `StorageToolkit`; auth backends say who a user is (`AuthBackend`); lifecycle
+plugins implement the hooks in `lavin.api.hooks`, marked with `hookimpl`. Everything else
+lives in the core, which imports this package and is never imported by it.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from lavin.api.arguments import Arguments, InvalidArgument, field_type, parse_duration
+from lavin.api.auth import AuthBackend, User
+from lavin.api.errors import (
+    AccessRefused,
+    AMQPError,
+    NotAllowed,
+    NotFound,
+    PreconditionFailed,
+    ResourceLocked,
+)
+from lavin.api.exchange import (
+    Binding,
+    BindingId,
+    BindingTable,
+    Destination,
+    DestinationSet,
+    ExchangeType,
+    ExchangeTypes,
+    binding_id,
+    destination_identity,
+    frozen,
+)
+from lavin.api.hooks import BrokerInfo, ConnectionInfo, VHostInfo
+from lavin.api.message import Message, encode_properties, message_priority
+from lavin.api.queue import (
+    MessageStore,
+    QueueType,
+    Retention,
+    StorageToolkit,
+    StreamCursor,
+    StreamType,
+)
+
+hookimpl = pluggy.HookimplMarker("lavin")
+
+__all__ = [
+    "AMQPError",
+    "AccessRefused",
+    "Arguments",
+    "AuthBackend",
+    "Binding",
+    "BindingId",
+    "BindingTable",
+    "BrokerInfo",
+    "ConnectionInfo",
+    "Destination",
+    "DestinationSet",
+    "ExchangeType",
+    "ExchangeTypes",
+    "InvalidArgument",
+    "Message",
+    "MessageStore",
+    "NotAllowed",
+    "NotFound",
+    "PreconditionFailed",
+    "QueueType",
+    "ResourceLocked",
+    "Retention",
+    "StorageToolkit",
+    "StreamCursor",
+    "StreamType",
+    "User",
+    "VHostInfo",
+    "binding_id",
+    "destination_identity",
+    "encode_properties",
+    "field_type",
+    "frozen",
+    "hookimpl",
+    "message_priority",
+    "parse_duration",
+]

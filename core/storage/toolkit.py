@@ -1,0 +1,37 @@
+"""The storage engines as queue types receive them (`lavin.api.StorageToolkit`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+from lavin.api.queue import QueueType, Retention, StreamType
+from lavin.storage.disk import ensure_directory, recreate_directory
+from lavin.storage.segment_files import list_ids
+from lavin.storage.segment_store import SegmentStore
+from lavin.storage.stream_store import StreamStore
+
+# The segment store is compiled, and a compiled class cannot subclass the interpreted
+# QueueType: it is one by registration.
+QueueType.register(SegmentStore)
+
+
+class SegmentStorage:
+    """Segment-file stores: FIFO queues and stream logs."""
+
+    max_stream_segment_size = StreamStore.MAX_SEGMENT_SIZE
+
+    def fifo_store(self, path: Path, durable: bool) -> QueueType:
+        return cast(QueueType, SegmentStore(path, durable))
+
+    def stream_store(self, path: Path, segment_size: int | None, retention: Retention) -> StreamType:
+        return StreamStore(path, segment_size=segment_size, retention=retention)
+
+    def ensure_directory(self, path: Path) -> None:
+        ensure_directory(path)
+
+    def recreate_directory(self, path: Path) -> None:
+        recreate_directory(path)
+
+    def numbered_entries(self, directory: Path, prefix: str, digits: int) -> list[int]:
+        return list_ids(directory, prefix, digits)
