@@ -144,8 +144,9 @@ class Connection(asyncio.Protocol):
     def _check_protocol_header(self, header: bytes) -> bool:
         if header != codec.PROTOCOL_HEADER:
             # The spec's answer to a header we don't speak: ours, then close.
-            self.transport.write(codec.PROTOCOL_HEADER)  # type: ignore[union-attr]
-            self.transport.close()  # type: ignore[union-attr]
+            if self.transport is not None:
+                self.transport.write(codec.PROTOCOL_HEADER)
+                self.transport.close()
             self.state = CLOSED
             return False
         self._send_start()

@@ -30,7 +30,7 @@ _HEADERS_FLAG: Final = 0x20  # in the first byte of the property flags
 
 
 class Exchange:
-    kind = "exchange"  # as a routing destination (lavin.api.destination_identity)
+    kind = "exchange"  # as a routing destination (lavin.api.Destination)
 
     def __init__(
         self,
@@ -119,11 +119,11 @@ class Exchange:
         for routing_key in routing_keys:
             for destination in self.table.route(routing_key, message):
                 routed = True
-                if destination.__class__ is not Exchange:  # a queue, of whatever class
-                    targets.add(destination)  # type: ignore[arg-type]
-                elif destination not in visited:
-                    visited.add(destination)  # type: ignore[arg-type]
-                    destination._collect(routing_keys, message, targets, visited)  # type: ignore[attr-defined]
+                if isinstance(destination, Queue):
+                    targets.add(destination)
+                elif isinstance(destination, Exchange) and destination not in visited:
+                    visited.add(destination)
+                    destination._collect(routing_keys, message, targets, visited)
         if not routed:
             # As in RabbitMQ: an exchange whose own bindings match nothing hands the message
             # to its alternate exchange, wherever it sits on the way.
