@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import click
 from click.core import ParameterSource
 from lavin import __version__
-from lavin.config import EVENT_LOOPS, LOG_LEVELS, Config, StartupError, resolve_config
-
-PLUGIN_GROUPS = (
-    "lavin.exchanges",
-    "lavin.queues",
-    "lavin.auth",
-    "lavin.plugins",
-    "lavin.shovel.sources",
-    "lavin.shovel.destinations",
+from lavin.config import (
+    EVENT_LOOPS,
+    LOG_LEVELS,
+    Config,
+    InstalledPlugin,
+    StartupError,
+    installed_plugins,
+    resolve_config,
 )
+
 # Values a user set on purpose; anything else may come from the config file.
 EXPLICIT_SOURCES = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 DEFAULTS = Config()
@@ -60,7 +59,8 @@ def main() -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="LAVIN_CONFIG",
     show_envvar=True,
-    help="INI file with [main] and [amqp] sections; flags and env vars override it.",
+    help="INI file with [main], [amqp] and [plugin.NAME] sections; flags and env vars "
+    "override it.",
 )
 @click.option(
     "--plugin",
@@ -68,8 +68,9 @@ def main() -> None:
     multiple=True,
     envvar="LAVIN_PLUGIN",
     show_envvar=True,
-    help="Lifecycle plugin: an entry point in group lavin.plugins or a dotted module path. "
-    "Repeatable; the env var takes a space-separated list.",
+    help="Enable a plugin: any name `lavin plugins` lists (built-in types are always on), "
+    "or a dotted module path of a lifecycle plugin. Repeatable; the env var takes a "
+    "space-separated list.",
 )
 @click.option(
     "--log-level",
@@ -105,15 +106,18 @@ def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> No
 
 @main.command()
 def plugins() -> None:
-    """List installed plugins, read from package metadata without importing them."""
-    rows = [("GROUP", "NAME", "DISTRIBUTION", "VERSION")]
-    for group in PLUGIN_GROUPS:
-        for entry_point in sorted(entry_points(group=group), key=lambda ep: ep.name):
-            dist = entry_point.dist
-            rows.append(
-                (group, entry_point.name, dist.name if dist else "?", dist.version if dist else "?")
-            )
-    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    """List installed plugins, read from package metadata without importing them.
+
+    ENABLED says whether a plugin is always on (built-in types) or needs `--plugin NAME`.
+    """
+    rows = [("GROUP", "NAME", "DISTRIBUTION", "VERSION", "ENABLED")]
+    rows += [plugin_row(plugin) for plugin in installed_plugins()]
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
     for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)]
-        click.echo("  ".join([*cells, row[3]]))
+        cells = [cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)]
+        click.echo("  ".join([*cells, row[4]]))
+
+
+def plugin_row(plugin: InstalledPlugin) -> tuple[str, str, str, str, str]:
+    enabled = "always" if plugin.always_on else "--plugin"
+    return (plugin.group, plugin.name, plugin.distribution, plugin.version, enabled)

@@ -2,14 +2,18 @@
 
 Precedence is command line > environment > config file > defaults. The CLI resolves the
 first two (click knows where each value came from) and hands them to `resolve_config`.
+
+Which plugins are installed is read here too, from package metadata only: `lavin plugins`
+lists them without importing any plugin code, and the plugin registry picks from them.
 """
 
 from __future__ import annotations
 
 import configparser
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,24 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 # LavinMQ's level names, so its config files work unchanged.
 LOG_LEVEL_ALIASES = {"warn": "warning", "fatal": "critical"}
+EXCHANGE_GROUP = "lavin.exchanges"
+QUEUE_GROUP = "lavin.queues"
+AUTH_GROUP = "lavin.auth"
+HOOK_PLUGIN_GROUP = "lavin.plugins"
+# Lavin's own entry points in these groups are loaded without being enabled: the core
+# exchange types, queue types and auth backend, as RabbitMQ's core types need no plugin.
+ALWAYS_ON_GROUPS = (EXCHANGE_GROUP, QUEUE_GROUP, AUTH_GROUP)
+# The entry-point groups plugins are installed in: `lavin plugins` lists them and the
+# `plugins` setting may name any of their entry points.
+PLUGIN_GROUPS = (
+    *ALWAYS_ON_GROUPS,
+    HOOK_PLUGIN_GROUP,
+    "lavin.shovel.sources",
+    "lavin.shovel.destinations",
+)
+CORE_DISTRIBUTION = "lavin"
+# `[plugin.NAME]` sections of the INI file hold the settings of plugin NAME.
+PLUGIN_SECTION_PREFIX = "plugin."
 
 
 class StartupError(Exception):
@@ -44,6 +66,8 @@ class Config:
     segment_size: int = 8 * MiB
     auth_backends: tuple[str, ...] = ("guest",)
     default_vhost: str = "/"
+    # plugin name -> its `[plugin.NAME]` section, handed to the plugin's lavin_configure hook
+    plugin_settings: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -69,6 +93,32 @@ class Config:
             raise StartupError("auth_backends must name at least one backend")
 
 
+@dataclass(frozen=True)
+class InstalledPlugin:
+    """One entry point of a plugin group, read from package metadata without importing it."""
+
+    group: str
+    name: str
+    distribution: str
+    version: str
+
+    @property
+    def always_on(self) -> bool:
+        """Loaded whatever the `plugins` setting says; every other plugin must be named there."""
+        return self.distribution == CORE_DISTRIBUTION and self.group in ALWAYS_ON_GROUPS
+
+
+def installed_plugins() -> list[InstalledPlugin]:
+    """Every entry point of every plugin group, by group (in PLUGIN_GROUPS order), then name."""
+    found = []
+    for group in PLUGIN_GROUPS:
+        for entry_point in sorted(entry_points(group=group), key=lambda ep: ep.name):
+            dist = entry_point.dist
+            name, version = (dist.name, dist.version) if dist is not None else ("?", "?")
+            found.append(InstalledPlugin(group, entry_point.name, name, version))
+    return found
+
+
 def _comma_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
@@ -76,6 +126,7 @@ def _comma_list(text: str) -> tuple[str, ...]:
 # INI (section, key) -> Config field and how to parse the text.
 INI_KEYS: Mapping[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "data_dir"): ("data_dir", Path),
+    ("main", "plugins"): ("plugins", _comma_list),
     ("main", "log_level"): ("log_level", str),
     ("main", "segment_size"): ("segment_size", int),
     ("main", "auth_backends"): ("auth_backends", _comma_list),
@@ -99,17 +150,30 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except (OSError, configparser.Error) as exc:
         raise StartupError(f"cannot read config file {path}: {exc}") from exc
     values: dict[str, Any] = {}
+    plugin_settings: dict[str, dict[str, str]] = {}
     for section in parser.sections():
-        for key, text in parser.items(section):
-            target = INI_KEYS.get((section, key))
-            if target is None:
-                log.warning("%s: ignoring unknown setting [%s] %s", path, section, key)
-                continue
-            field_name, parse = target
-            try:
-                values[field_name] = parse(text.strip())
-            except ValueError as exc:
-                raise StartupError(f"{path}: [{section}] {key} = {text!r}: {exc}") from exc
+        if section.startswith(PLUGIN_SECTION_PREFIX):
+            name = section.removeprefix(PLUGIN_SECTION_PREFIX)
+            plugin_settings[name] = {key: text.strip() for key, text in parser.items(section)}
+        else:
+            values.update(_known_settings(path, section, parser.items(section)))
+    if plugin_settings:
+        values["plugin_settings"] = plugin_settings
+    return values
+
+
+def _known_settings(path: Path, section: str, items: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key, text in items:
+        target = INI_KEYS.get((section, key))
+        if target is None:
+            log.warning("%s: ignoring unknown setting [%s] %s", path, section, key)
+            continue
+        field_name, parse = target
+        try:
+            values[field_name] = parse(text.strip())
+        except ValueError as exc:
+            raise StartupError(f"{path}: [{section}] {key} = {text!r}: {exc}") from exc
     return values
 
 

@@ -34,7 +34,11 @@ def serve(config: Config) -> None:
     raise_open_file_limit()
     loop_factory = event_loop_factory(config.loop)
     with data_dir_lock(config.data_dir):
-        registry = load_registry(config)
+        registry = load_registry(
+            config.plugins,
+            plugin_settings=config.plugin_settings,
+            auth_backends=config.auth_backends,
+        )
         for line in registry.startup_report():
             log.info("%s", line)
         with asyncio.Runner(loop_factory=loop_factory) as runner:

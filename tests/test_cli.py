@@ -29,7 +29,9 @@ BUILT_IN_PLUGINS = {
 }
 
 
-def run_lavin(*args: str, env: dict[str, str] | None = None, timeout: float = 30):
+def run_lavin(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "lavin", *args],
         capture_output=True, text=True, timeout=timeout,
@@ -65,10 +67,10 @@ def test_plugins_lists_built_ins() -> None:
     result = run_lavin("plugins")
     assert result.returncode == 0, result.stderr
     header, *lines = result.stdout.splitlines()
-    assert header.split() == ["GROUP", "NAME", "DISTRIBUTION", "VERSION"]
-    rows = {tuple(line.split()[:3]) for line in lines}
+    assert header.split() == ["GROUP", "NAME", "DISTRIBUTION", "VERSION", "ENABLED"]
+    rows = {(*line.split()[:3], line.split()[4]) for line in lines}
     for group, name in BUILT_IN_PLUGINS:
-        assert (group, name, "lavin") in rows
+        assert (group, name, "lavin", "always") in rows
 
 
 def test_plugins_listing_imports_no_plugin() -> None:
@@ -88,7 +90,9 @@ def test_plugins_listing_imports_no_plugin() -> None:
     assert [m for m in modules if m.startswith(plugin_modules)] == []
 
 
-def captured_config(monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str]):
+def captured_config(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str]
+) -> Config:
     """Run `lavin serve ARGS` in-process with the server replaced; return its Config."""
     seen: list[Config] = []
     monkeypatch.setattr("lavin.server.serve", seen.append)
@@ -126,6 +130,20 @@ def test_precedence_cli_over_env_over_file_over_defaults(
     assert config.frame_max == Config().frame_max
 
 
+def test_config_file_names_plugins_and_their_settings(tmp_path: Path) -> None:
+    ini = write_ini(
+        tmp_path / "lavin.ini",
+        "[main]\nplugins = x-prefix, mycompany.audit\n"
+        "[plugin.mycompany.audit]\nendpoint = http://audit:8080  # comment\n[plugin.bare]\n",
+    )
+    config = resolve_config({}, ini)
+    assert config.plugins == ("x-prefix", "mycompany.audit")
+    assert config.plugin_settings == {
+        "mycompany.audit": {"endpoint": "http://audit:8080"},
+        "bare": {},
+    }
+
+
 def test_config_file_errors_are_clear(tmp_path: Path) -> None:
     ini = write_ini(tmp_path / "bad.ini", "[amqp]\nport = many\n")
     with pytest.raises(StartupError, match=r"\[amqp\] port"):
@@ -138,6 +156,14 @@ def test_unknown_plugin_fails_at_startup(tmp_path: Path) -> None:
     result = run_lavin("serve", "--data-dir", str(tmp_path / "data"), "--plugin", "no_such.plugin")
     assert result.returncode != 0
     assert "unknown plugin 'no_such.plugin'" in result.stderr
+    assert "  lavin.queues: classic, priority, stream" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_module_without_hooks_fails_at_startup(tmp_path: Path) -> None:
+    result = run_lavin("serve", "--data-dir", str(tmp_path / "data"), "--plugin", "json")
+    assert result.returncode != 0
+    assert "plugin 'json' implements no hook" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -1,5 +1,5 @@
 """Plugins from outside the lavin distribution: a third-party exchange type found through
-entry points, and a lifecycle plugin given with --plugin."""
+entry points and enabled with --plugin, and lifecycle plugins given with --plugin."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pika
 import pytest
-from broker_process import BrokerFactory, hermetic_env
+from broker_process import BrokerFactory, BrokerProcess, hermetic_env
 from lavin.api import ExchangeType, QueueType, hookimpl
 from lavin.plugin_registry import (
     PluginError,
@@ -28,9 +28,10 @@ from stevedore.extension import Extension
 
 TESTS_DIR = Path(__file__).resolve().parent
 SAMPLE_PACKAGE = TESTS_DIR / "plugin_pkgs" / "lavin-sample-exchange"
+LIFECYCLE_PLUGIN = "tests.lifecycle_plugin"
 
 
-def extension(name: str, plugin: object) -> Extension[Any]:
+def extension(name: str, plugin: type[Any]) -> Extension[Any]:
     entry_point = EntryPoint(name=name, value="somewhere:Thing", group="lavin.exchanges")
     return Extension(name, entry_point, plugin, None)
 
@@ -50,13 +51,14 @@ def test_registry_holds_built_ins_read_only() -> None:
 
 def test_class_name_must_equal_entry_point_name() -> None:
     with pytest.raises(PluginError, match="registered as 'x-mine' but its name attribute is"):
-        checked_class(extension("x-mine", Misnamed), ExchangeType)
-    assert checked_class(extension("x-other", Misnamed), ExchangeType) is Misnamed
+        checked_class(extension("x-mine", Misnamed), ExchangeType)  # type: ignore[type-abstract]
+    checked = checked_class(extension("x-other", Misnamed), ExchangeType)  # type: ignore[type-abstract]
+    assert checked is Misnamed
 
 
 def test_entry_point_must_be_a_subclass_of_the_api_base() -> None:
     with pytest.raises(PluginError, match=r"not a subclass of lavin\.api\.QueueType"):
-        checked_class(extension("x-other", Misnamed), QueueType)
+        checked_class(extension("x-other", Misnamed), QueueType)  # type: ignore[type-abstract]
 
 
 def test_unknown_lifecycle_plugin_is_refused() -> None:
@@ -81,11 +83,12 @@ def test_lifecycle_plugin_by_module_path(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("LAVIN_TEST_EVENTS_FILE", str(events_file))
     # conftest's folder, tests/, is on sys.path, so the plugin imports by its bare name here.
     hooks = load_hook_plugins(["lifecycle_plugin"]).hook
-    hooks.lavin_startup(broker=None)
-    hooks.lavin_definitions_changed(vhost=None, kind="queue", name="q", action="deleted")
+    vhost = types.SimpleNamespace(name="/")
+    hooks.lavin_startup(broker=types.SimpleNamespace(vhosts={"/": vhost}))
+    hooks.lavin_definitions_changed(vhost=vhost, kind="queue", name="q", action="deleted")
     assert read_events(events_file) == [
-        {"event": "startup"},
-        {"event": "definitions_changed", "vhost": None, "kind": "queue", "name": "q",
+        {"event": "startup", "vhosts": ["/"]},
+        {"event": "definitions_changed", "vhost": "/", "kind": "queue", "name": "q",
          "action": "deleted"},
     ]  # fmt: skip
 
@@ -117,12 +120,12 @@ def test_plugins_lists_third_party_exchange() -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     rows = [line.split() for line in result.stdout.splitlines()]
-    assert ["lavin.exchanges", "x-prefix", "lavin-sample-exchange", "1.0.0"] in rows
+    assert ["lavin.exchanges", "x-prefix", "lavin-sample-exchange", "1.0.0", "--plugin"] in rows
 
 
 @pytest.mark.usefixtures("sample_exchange_installed")
 def test_prefix_exchange_routes_by_binding_key_prefix(broker_factory: BrokerFactory) -> None:
-    broker = broker_factory()
+    broker = broker_factory(extra_args=["--plugin", "x-prefix"])
     connection = pika.BlockingConnection(pika.URLParameters(broker.url))
     try:
         channel = connection.channel()
@@ -147,7 +150,7 @@ def test_prefix_exchange_routes_by_binding_key_prefix(broker_factory: BrokerFact
         connection.close()
 
 
-def read_events(path: Path) -> list[dict[str, str]]:
+def read_events(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -160,9 +163,10 @@ def wait_for_event(path: Path, event: str, timeout: float = 5) -> None:
         time.sleep(0.05)
 
 
-def test_lifecycle_plugin_sees_events_in_order(
-    broker_factory: BrokerFactory, tmp_path: Path
-) -> None:
+def lifecycle_broker(
+    broker_factory: BrokerFactory, tmp_path: Path, *extra_args: str
+) -> tuple[BrokerProcess, Path]:
+    """A broker with tests.lifecycle_plugin enabled; the plugin's events go to the path."""
     # A copy, so the broker's path gets the plugin but not the repo root's source folders.
     plugin_path = tmp_path / "plugin-path"
     (plugin_path / "tests").mkdir(parents=True)
@@ -173,9 +177,19 @@ def test_lifecycle_plugin_sees_events_in_order(
         "LAVIN_TEST_EVENTS_FILE": str(events_file),
         "PYTHONPATH": str(plugin_path),
     }
-    broker = broker_factory(extra_args=["--plugin", "tests.lifecycle_plugin"], env=env)
+    broker = broker_factory(extra_args=["--plugin", LIFECYCLE_PLUGIN, *extra_args], env=env)
     wait_for_event(events_file, "startup")
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    return broker, events_file
+
+
+def test_lifecycle_plugin_sees_events_in_order(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    broker, events_file = lifecycle_broker(broker_factory, tmp_path)
+    properties = {"product": "lifecycle-test"}
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", broker.port, client_properties=properties)
+    )
     connection.channel().queue_declare("lifecycle-q")
     connection.close()
     wait_for_event(events_file, "connection_closed")
@@ -183,11 +197,20 @@ def test_lifecycle_plugin_sees_events_in_order(
 
     events = read_events(events_file)
     assert [record["event"] for record in events] == [
+        "configure",
         "startup",
         "connection_opened",
         "definitions_changed",
         "connection_closed",
         "shutdown",
     ], events
-    definition = {key: events[2][key] for key in ("kind", "name", "action")}
-    assert definition == {"kind": "queue", "name": "lifecycle-q", "action": "declared"}
+    assert events[1]["vhosts"] == ["/"]
+    opened = events[2]
+    assert opened["peer"].startswith("127.0.0.1:")
+    assert {key: opened[key] for key in ("user", "vhost", "product")} == {
+        "user": "guest", "vhost": "/", "product": "lifecycle-test",
+    }  # fmt: skip
+    definition = {key: events[3][key] for key in ("vhost", "kind", "name", "action")}
+    assert definition == {
+        "vhost": "/", "kind": "queue", "name": "lifecycle-q", "action": "declared",
+    }  # fmt: skip
