@@ -201,7 +201,7 @@ def test_confirmed_held_messages_survive_a_crash(fresh_broker: BrokerProcess) ->
 
 @pytest.mark.usefixtures("sample_exchange_installed")
 def test_a_third_party_type_can_be_the_inner_type(broker_factory: BrokerFactory) -> None:
-    broker = broker_factory()  # started after the install, so it sees x-prefix
+    broker = broker_factory(extra_args=["--plugin", "x-prefix"])  # a third-party type is enabled by name
     with open_session(broker.url) as amqp:
         exchange = delayed_exchange(amqp, "x-prefix")
         queue = amqp.declare_queue()
