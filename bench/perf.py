@@ -23,9 +23,10 @@ from lavin.bench.scenarios import (
     message_flow,
     queue_churn,
 )
-from lavin.bench.wire import DEFAULT_URI, BrokerAddress, ServerClosed
 from lavin.bench.workers import LoadSpec, Stamp
+from lavin.wire_client import Address, AmqpError
 
+DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
 BUSY_WORKER_PCT = 90.0  # above this the generator may be what limits the rate
 
 
@@ -120,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 def load_spec(args: argparse.Namespace, stamp: Stamp, producers: int) -> LoadSpec:
     rate = getattr(args, "rate", 0.0)
     return LoadSpec(
-        address=BrokerAddress.from_uri(args.uri),
+        address=Address.from_uri(args.uri),
         queue=args.queue,
         exchange=args.exchange,
         routing_key=args.routing_key or args.queue,
@@ -139,9 +140,9 @@ def run_scenario(args: argparse.Namespace) -> dict[str, Any]:
     progress = None if args.json else sys.stderr
     scenario = args.scenario
     if scenario == "connections":
-        return idle_connections(BrokerAddress.from_uri(args.uri), args.count, args.broker_pid)
+        return idle_connections(Address.from_uri(args.uri), args.count, args.broker_pid)
     if scenario == "queue-churn":
-        return queue_churn(BrokerAddress.from_uri(args.uri), args.count, args.broker_pid)
+        return queue_churn(Address.from_uri(args.uri), args.count, args.broker_pid)
     if scenario == "consume-only":
         spec = load_spec(args, Stamp.NONE, args.producers)
         return consume_only(spec, args.producers, args.consumers, args.count, args.broker_pid, progress)
@@ -214,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_arguments(parser, args)
     try:
         result = run_scenario(args)
-    except (OSError, ServerClosed, WorkerFailed) as exc:  # TimeoutError and ConnectionError are OSErrors
+    except (OSError, AmqpError, WorkerFailed) as exc:  # TimeoutError and ConnectionError are OSErrors
         print(f"lavin-perf: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:

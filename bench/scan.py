@@ -11,20 +11,19 @@ import struct
 from array import array
 from collections.abc import Callable
 
-from lavin.bench.wire import (
+from lavin.wire_client import (
     BASIC_ACK,
     BASIC_DELIVER,
     BASIC_NACK,
+    DELIVERY_TAG,
     FRAME_BODY,
     FRAME_HEAD,
     FRAME_METHOD,
     METHOD_ID,
-    ServerClosed,
-    closing_reason,
     decode_method,
+    raise_if_closing,
 )
 
-DELIVERY_TAG = struct.Struct(">Q")
 CONFIRM_ARGS = struct.Struct(">QB")  # delivery tag, multiple bit
 # Stamps at the start of a message body.
 SEQUENCE_STAMP = struct.Struct(">IQ")  # producer id, sequence number from 0
@@ -35,9 +34,7 @@ BodyHandler = Callable[[bytearray, int], None]
 
 def check_control(buffer: bytearray, start: int, end: int) -> None:
     """A method other than the ones being counted: fail loudly if it ends the run."""
-    reason = closing_reason(decode_method(bytes(buffer[start + 7 : end - 1])))
-    if reason is not None:
-        raise ServerClosed(reason)
+    raise_if_closing(decode_method(bytes(buffer[start + 7 : end - 1])))
 
 
 class DeliveryScanner:

@@ -12,13 +12,12 @@ from typing import Any, TextIO
 
 from lavin.bench.load import run_load
 from lavin.bench.measure import BrokerCpu, own_cpu_seconds, process_rss_kib
-from lavin.bench.wire import AmqpSocket, BrokerAddress, close_all
 from lavin.bench.workers import LoadSpec, Stamp
+from lavin.wire_client import CHANNEL, Address, Connection, close_all, connect
 from pamqp import commands
 
 CONNECT_BATCH = 100  # connections whose handshakes advance together
 SETTLE_SECONDS = 1.0  # after opening connections, before reading the broker's RSS
-CHANNEL = 1
 
 
 def _owns_exchange(spec: LoadSpec) -> bool:
@@ -27,34 +26,26 @@ def _owns_exchange(spec: LoadSpec) -> bool:
 
 def declare_queue(spec: LoadSpec) -> None:
     """Declare the run's queue (durable when messages are persistent), bind it, empty it."""
-    connection = AmqpSocket.open(spec.address)
-    try:
-        connection.open_channel(CHANNEL)
+    with connect(spec.address) as connection:
         declare = commands.Queue.Declare(queue=spec.queue, durable=spec.persistent)
-        connection.call(CHANNEL, declare, commands.Queue.DeclareOk)
+        connection.call(declare, commands.Queue.DeclareOk, CHANNEL)
         if _owns_exchange(spec):
             exchange = commands.Exchange.Declare(
                 exchange=spec.exchange, exchange_type="direct", durable=spec.persistent
             )
-            connection.call(CHANNEL, exchange, commands.Exchange.DeclareOk)
+            connection.call(exchange, commands.Exchange.DeclareOk, CHANNEL)
         if spec.exchange:
             bind = commands.Queue.Bind(queue=spec.queue, exchange=spec.exchange, routing_key=spec.routing_key)
-            connection.call(CHANNEL, bind, commands.Queue.BindOk)
-        connection.call(CHANNEL, commands.Queue.Purge(queue=spec.queue), commands.Queue.PurgeOk)
-    finally:
-        connection.close()
+            connection.call(bind, commands.Queue.BindOk, CHANNEL)
+        connection.call(commands.Queue.Purge(queue=spec.queue), commands.Queue.PurgeOk, CHANNEL)
 
 
 def delete_queue(spec: LoadSpec) -> None:
     """Remove what `declare_queue` made, so runs do not leave messages behind for the next."""
-    connection = AmqpSocket.open(spec.address)
-    try:
-        connection.open_channel(CHANNEL)
-        connection.call(CHANNEL, commands.Queue.Delete(queue=spec.queue), commands.Queue.DeleteOk)
+    with connect(spec.address) as connection:
+        connection.call(commands.Queue.Delete(queue=spec.queue), commands.Queue.DeleteOk, CHANNEL)
         if _owns_exchange(spec):
-            connection.call(CHANNEL, commands.Exchange.Delete(exchange=spec.exchange), commands.Exchange.DeleteOk)
-    finally:
-        connection.close()
+            connection.call(commands.Exchange.Delete(exchange=spec.exchange), commands.Exchange.DeleteOk, CHANNEL)
 
 
 def message_flow(
@@ -109,7 +100,7 @@ def _raise_file_limit(needed: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
 
 
-def idle_connections(address: BrokerAddress, count: int, broker_pid: int) -> dict[str, Any]:
+def idle_connections(address: Address, count: int, broker_pid: int) -> dict[str, Any]:
     """Open `count` connections with one channel each; the broker's RSS growth per connection."""
     _raise_file_limit(count + 64)
     rss_before = process_rss_kib(broker_pid)
@@ -117,16 +108,16 @@ def idle_connections(address: BrokerAddress, count: int, broker_pid: int) -> dic
     broker_cpu.start()
     cpu_before = own_cpu_seconds()
     started = time.monotonic()
-    opened: list[AmqpSocket] = []
+    opened: list[Connection] = []
     try:
         for first in range(0, count, CONNECT_BATCH):
-            group = [AmqpSocket(address) for _ in range(min(CONNECT_BATCH, count - first))]
+            group = [Connection(address) for _ in range(min(CONNECT_BATCH, count - first))]
             opened += group
             steps = [
                 (
                     *connection.handshake_steps(),
-                    partial(connection.send_method, CHANNEL, commands.Channel.Open()),
-                    partial(connection.expect, CHANNEL, commands.Channel.OpenOk),
+                    partial(connection.send, commands.Channel.Open(), CHANNEL),
+                    partial(connection.expect, commands.Channel.OpenOk, CHANNEL),
                 )
                 for connection in group
             ]
@@ -151,28 +142,24 @@ def idle_connections(address: BrokerAddress, count: int, broker_pid: int) -> dic
     }
 
 
-def queue_churn(address: BrokerAddress, count: int, broker_pid: int | None) -> dict[str, Any]:
+def queue_churn(address: Address, count: int, broker_pid: int | None) -> dict[str, Any]:
     """Declare and bind `count` non-durable queues one round trip at a time, then delete them."""
-    connection = AmqpSocket.open(address)
     names = [f"lavin-perf-churn-{os.getpid()}-{index}" for index in range(count)]
     broker_cpu = BrokerCpu(broker_pid)
-    try:
-        connection.open_channel(CHANNEL)
+    with connect(address) as connection:
         broker_cpu.start()
         cpu_before = own_cpu_seconds()
         started = time.monotonic()
         for name in names:
-            connection.call(CHANNEL, commands.Queue.Declare(queue=name), commands.Queue.DeclareOk)
+            connection.call(commands.Queue.Declare(queue=name), commands.Queue.DeclareOk, CHANNEL)
             bind = commands.Queue.Bind(queue=name, exchange="amq.direct", routing_key=name)
-            connection.call(CHANNEL, bind, commands.Queue.BindOk)
+            connection.call(bind, commands.Queue.BindOk, CHANNEL)
         declared = time.monotonic()
         for name in names:
-            connection.call(CHANNEL, commands.Queue.Delete(queue=name), commands.Queue.DeleteOk)
+            connection.call(commands.Queue.Delete(queue=name), commands.Queue.DeleteOk, CHANNEL)
         deleted = time.monotonic()
         generator_cpu = own_cpu_seconds() - cpu_before
         broker_cpu.stop()
-    finally:
-        connection.close()
     result: dict[str, Any] = {
         "queues": count,
         "declare_bind_rate": count / (declared - started),

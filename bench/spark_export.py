@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pika
 import pyspark_lavin
+from lavin.wire_client import connect
 from pyspark.sql import SparkSession
-from pyspark_lavin.amqp_client import connect
 from pyspark_lavin.stream_info import fetch_stream_bounds
 
 PUBLISH_BATCH = 10_000

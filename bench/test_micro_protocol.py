@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from lavin.amqp import codec
 from lavin.amqp.connection import Connection
-from lavin.bench.wire import encode_publish
 from lavin.broker.broker import Broker
 from lavin.config import Config
 from lavin.api.message import encode_properties
 from lavin.plugin_registry import load_registry
+from lavin.wire_client import encode_publish
 from pamqp import commands, decode, encode, frame
 from pamqp.common import FieldTable
 from pytest_benchmark.fixture import BenchmarkFixture
@@ -86,7 +86,7 @@ def test_frame_loop_1000_heartbeats(benchmark: BenchmarkFixture, connection: Con
 
 def test_publish_assembly_1000_unroutable(benchmark: BenchmarkFixture, connection: Connection) -> None:
     """basic.publish + content header + body to a finished Message, routed to no queue."""
-    publishes = encode_publish(1, "amq.direct", "no-such-binding", b"x" * 16, False, FRAME_MAX).data * BATCH
+    publishes = encode_publish(1, "amq.direct", "no-such-binding", b"x" * 16, None, FRAME_MAX).data * BATCH
     benchmark(connection.data_received, publishes)
 
 

@@ -28,13 +28,15 @@ from lavin.bench.scan import (
     LatencyRecorder,
     SequenceCheck,
 )
-from lavin.bench.wire import (
-    CONTROL_TIMEOUT,
+from lavin.wire_client import (
+    CHANNEL,
+    DEFAULT_TIMEOUT,
     RECEIVE_SIZE,
-    AmqpSocket,
-    BrokerAddress,
+    Address,
+    Connection,
     EncodedMessage,
     ack_frame,
+    connect,
     encode_publish,
 )
 from pamqp import commands
@@ -42,7 +44,7 @@ from pamqp import commands
 BATCH = 256  # publishes per write when nothing smaller is due
 MAX_PACING_SLEEP = 0.05  # seconds; a paced producer still notices `stop` quickly
 STOP_POLL = struct.pack("ll", 0, 100_000)  # a consumer read gives up after 0.1 s to check `stop`
-CHANNEL = 1
+PERSISTENT = commands.Basic.Properties(delivery_mode=2)
 
 
 class Stamp(enum.Enum):
@@ -55,7 +57,7 @@ class Stamp(enum.Enum):
 
 @dataclass(frozen=True)
 class LoadSpec:
-    address: BrokerAddress
+    address: Address
     queue: str
     exchange: str
     routing_key: str
@@ -151,12 +153,12 @@ def produce(spec: LoadSpec, index: int, slot: int, signals: Signals) -> None:
 
 
 def _produce(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Callable[[], None]) -> dict[str, Any]:
-    connection = AmqpSocket.open(spec.address)
-    connection.open_channel(CHANNEL)
+    connection = connect(spec.address)
     if spec.confirm:
-        connection.call(CHANNEL, commands.Confirm.Select(), commands.Confirm.SelectOk)
+        connection.call(commands.Confirm.Select(), commands.Confirm.SelectOk, CHANNEL)
+    properties = PERSISTENT if spec.persistent else None
     message = encode_publish(
-        CHANNEL, spec.exchange, spec.routing_key, bytes(spec.size), spec.persistent, connection.frame_max
+        CHANNEL, spec.exchange, spec.routing_key, bytes(spec.size), properties, connection.frame_max
     )
     batches = PublishBatches(message, spec.stamp, index)
     confirms = ConfirmTracker()
@@ -187,20 +189,20 @@ def _produce(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Cal
         _read_replies(connection, confirms, wait=False)
     while spec.confirm and confirms.settled < published:
         _read_replies(connection, confirms, wait=True)
-    sock.settimeout(CONTROL_TIMEOUT)
+    sock.settimeout(DEFAULT_TIMEOUT)
     # One round trip behind the last publish: once it returns the broker has taken them all in.
-    connection.call(CHANNEL, commands.Queue.Declare(queue=spec.queue, passive=True), commands.Queue.DeclareOk)
+    connection.call(commands.Queue.Declare(queue=spec.queue, passive=True), commands.Queue.DeclareOk, CHANNEL)
     elapsed = time.monotonic() - started
     cpu = own_cpu_seconds() - cpu_before
     connection.close()
     return {"published": published, "nacked": confirms.nacked, "elapsed": elapsed, "cpu": cpu}
 
 
-def _read_replies(connection: AmqpSocket, confirms: ConfirmTracker, wait: bool) -> None:
+def _read_replies(connection: Connection, confirms: ConfirmTracker, wait: bool) -> None:
     """Take in whatever the broker sent a producer: confirms, or a close that ends the run."""
     sock = connection.sock
-    if wait and not select.select([sock], [], [], CONTROL_TIMEOUT)[0]:
-        raise TimeoutError(f"no publisher confirm for {CONTROL_TIMEOUT:.0f} s")
+    if wait and not select.select([sock], [], [], DEFAULT_TIMEOUT)[0]:
+        raise TimeoutError(f"no publisher confirm for {DEFAULT_TIMEOUT:.0f} s")
     try:
         data = sock.recv(RECEIVE_SIZE, 0 if wait else socket.MSG_DONTWAIT)
     except BlockingIOError:
@@ -217,16 +219,14 @@ def consume(spec: LoadSpec, index: int, slot: int, signals: Signals) -> None:
 
 
 def _consume(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Callable[[], None]) -> dict[str, Any]:
-    connection = AmqpSocket.open(spec.address)
-    connection.open_channel(CHANNEL)
+    connection = connect(spec.address)
     if not spec.autoack:
-        connection.call(CHANNEL, commands.Basic.Qos(prefetch_count=spec.prefetch), commands.Basic.QosOk)
+        connection.qos(spec.prefetch)
     check = SequenceCheck() if spec.stamp is Stamp.SEQUENCE else None
     latencies = LatencyRecorder() if spec.stamp is Stamp.CLOCK else None
     stamp_reader = check or latencies
     scanner = DeliveryScanner(stamp_reader.on_body if stamp_reader is not None else None)
-    consume_method = commands.Basic.Consume(queue=spec.queue, consumer_tag=f"lavin-perf-{index}", no_ack=spec.autoack)
-    connection.call(CHANNEL, consume_method, commands.Basic.ConsumeOk)
+    connection.consume(spec.queue, no_ack=spec.autoack, consumer_tag=f"lavin-perf-{index}")
     sock = connection.sock
     ready()
     sock.settimeout(None)

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+from lavin.wire_client import AmqpError, Delivery, connect
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
-from pyspark_lavin.amqp_client import AmqpError, Delivery, connect
 from pyspark_lavin.offsets import OffsetRange, checked_start
 from pyspark_lavin.options import LavinOptions
 from pyspark_lavin.rows import STREAM_OFFSET_HEADER, RecordBatchBuilder

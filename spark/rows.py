@@ -13,9 +13,9 @@ import json
 from collections.abc import Mapping
 
 import pyarrow as pa
+from lavin.wire_client import Delivery
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
-from pyspark_lavin.amqp_client import Delivery
 from pyspark_lavin.schema import PROPERTY_ATTRIBUTES
 
 # Added by the broker on delivery; the row has it as the `offset` column.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 
-from pyspark_lavin.amqp_client import AmqpClient, Properties, connect
+from lavin.wire_client import Connection, Properties, connect
 from pyspark_lavin.offsets import StreamBounds
 
 STREAM_INFO_ROUTING_KEY = "amq.lavin.stream-info"
@@ -29,7 +29,7 @@ def fetch_stream_bounds(uri: str, queue: str, timeout: float) -> StreamBounds:
         return request_stream_bounds(client, queue)
 
 
-def request_stream_bounds(client: AmqpClient, queue: str) -> StreamBounds:
+def request_stream_bounds(client: Connection, queue: str) -> StreamBounds:
     # Direct reply-to needs the consumer before the request goes out.
     client.consume(DIRECT_REPLY_TO, no_ack=True)
     correlation_id = secrets.token_hex(8)

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import aio_pika
 import pika
 import pytest
-from amqp_wire import connect
 from broker_process import BrokerProcess
+from lavin.wire_client import connect
 from pamqp import commands
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
@@ -42,7 +42,7 @@ def channel(connection: BlockingConnection) -> BlockingChannel:
 
 
 def test_channel_flow_active_is_confirmed(broker: BrokerProcess) -> None:
-    with connect(broker.port, channels=(1,)) as conn:
+    with connect(broker.url, channels=(1,)) as conn:
         conn.send(commands.Channel.Flow(active=True), 1)
         flow_ok = conn.expect(commands.Channel.FlowOk, channel=1)
 
@@ -53,7 +53,7 @@ def test_channel_flow_active_is_confirmed(broker: BrokerProcess) -> None:
 def test_channel_flow_inactive_is_not_implemented(broker: BrokerProcess) -> None:
     # rabbit_channel.erl: protocol_error(not_implemented, "active=false", []),
     # a hard error, so it closes the connection.
-    with connect(broker.port, channels=(1,)) as conn:
+    with connect(broker.url, channels=(1,)) as conn:
         conn.send(commands.Channel.Flow(active=False), 1)
         close = conn.expect_connection_close()
 
@@ -65,7 +65,7 @@ def test_channel_flow_inactive_is_not_implemented(broker: BrokerProcess) -> None
 def test_client_connection_close_is_answered_with_close_ok(
     broker: BrokerProcess,
 ) -> None:
-    with connect(broker.port, channels=(1,)) as conn:
+    with connect(broker.url, channels=(1,)) as conn:
         conn.send(
             commands.Connection.Close(
                 reply_code=200, reply_text="bye", class_id=0, method_id=0
@@ -78,7 +78,7 @@ def test_client_connection_close_is_answered_with_close_ok(
 def test_client_channel_close_is_answered_and_the_id_can_be_reused(
     broker: BrokerProcess,
 ) -> None:
-    with connect(broker.port, channels=(1,)) as conn:
+    with connect(broker.url, channels=(1,)) as conn:
         conn.send(
             commands.Channel.Close(
                 reply_code=200, reply_text="done", class_id=0, method_id=0

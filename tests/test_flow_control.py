@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import uuid
 
-from amqp_wire import (
-    WireConnection,
+from broker_process import BrokerProcess
+from lavin.wire_client import (
+    Connection,
     connect,
     content_body_frame,
     content_header_frame,
     method_frame,
 )
-from broker_process import BrokerProcess
 from pamqp import commands
 
 BURST = 30_000  # well past the backlog at which publishers are asked to pause
 
 
-def publish_burst(conn: WireConnection, channel: int, queue: str, count: int) -> None:
+def publish_burst(conn: Connection, channel: int, queue: str, count: int) -> None:
     one = (
         method_frame(channel, commands.Basic.Publish(exchange="", routing_key=queue))
         + content_header_frame(channel, 4)
@@ -27,31 +27,25 @@ def publish_burst(conn: WireConnection, channel: int, queue: str, count: int) ->
     conn.send_raw(one * count)
 
 
-def consume_on_channel_1(conn: WireConnection, queue: str, prefetch: int) -> None:
+def consume_on_channel_1(conn: Connection, queue: str, prefetch: int) -> None:
     """An exclusive queue with a manual-ack consumer on channel 1."""
-    conn.send(commands.Queue.Declare(queue=queue, exclusive=True), 1)
-    conn.expect(commands.Queue.DeclareOk, channel=1)
-    conn.send(commands.Basic.Qos(prefetch_count=prefetch), 1)
-    conn.expect(commands.Basic.QosOk, channel=1)
-    conn.send(commands.Basic.Consume(queue=queue), 1)
-    conn.expect(commands.Basic.ConsumeOk, channel=1)
+    conn.call(commands.Queue.Declare(queue=queue, exclusive=True), commands.Queue.DeclareOk, 1)
+    conn.qos(prefetch, channel=1)
+    conn.consume(queue, channel=1)
 
 
-def ready_count(conn: WireConnection, channel: int, queue: str) -> int:
-    """A passive declare answered proves the broker kept reading this connection."""
-    conn.send(commands.Queue.Declare(queue=queue, passive=True), channel)
-    while True:
-        received = conn.recv_frame(timeout=30)
-        assert received is not None, "the broker closed the connection"
-        if isinstance(received.frame, commands.Queue.DeclareOk):
-            return received.frame.message_count
+def ready_count(conn: Connection, channel: int, queue: str) -> int:
+    """A passive declare answered (after any deliveries) proves the broker kept reading
+    this connection."""
+    declare = commands.Queue.Declare(queue=queue, passive=True)
+    return conn.call(declare, commands.Queue.DeclareOk, channel).message_count
 
 
 def test_a_connection_that_publishes_and_consumes_with_a_full_prefetch_keeps_being_read(
     broker: BrokerProcess,
 ) -> None:
     queue = f"flow-{uuid.uuid4().hex[:8]}"
-    with connect(broker.port, channels=(1, 2)) as conn:
+    with connect(broker.url, channels=(1, 2)) as conn:
         consume_on_channel_1(conn, queue, prefetch=20)
         publish_burst(conn, 2, queue, BURST)
         assert ready_count(conn, 2, queue) == BURST - 20
@@ -59,7 +53,7 @@ def test_a_connection_that_publishes_and_consumes_with_a_full_prefetch_keeps_bei
 
 def test_a_publisher_paused_behind_a_backlog_is_resumed(broker: BrokerProcess) -> None:
     queue = f"flow-{uuid.uuid4().hex[:8]}"
-    with connect(broker.port, channels=(1, 2)) as conn:
+    with connect(broker.url, channels=(1, 2)) as conn:
         consume_on_channel_1(conn, queue, prefetch=1)
         publish_burst(conn, 2, queue, BURST)  # the consumer holds one, the rest is backlog
         first = conn.expect(commands.Basic.Deliver, channel=1)
@@ -80,7 +74,7 @@ def test_a_publisher_paused_behind_a_backlog_is_resumed(broker: BrokerProcess) -
 
 def test_a_consumer_that_stops_reading_does_not_stall_the_publisher(broker: BrokerProcess) -> None:
     queue = f"flow-{uuid.uuid4().hex[:8]}"
-    with connect(broker.port, channels=(1,)) as publisher, connect(broker.port, channels=(1,)) as consumer:
+    with connect(broker.url, channels=(1,)) as publisher, connect(broker.url, channels=(1,)) as consumer:
         publisher.send(commands.Queue.Declare(queue=queue, auto_delete=True), 1)
         publisher.expect(commands.Queue.DeclareOk, channel=1)
         # A no-ack consumer that never reads its socket: its deliveries pile up in buffers.

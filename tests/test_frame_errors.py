@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import pika
 import pytest
-from amqp_wire import (
+from broker_process import BrokerProcess
+from lavin.wire_client import (
     FRAME_BODY,
     FRAME_METHOD,
     connect,
@@ -32,11 +33,10 @@ from amqp_wire import (
     content_header_frame,
     heartbeat_frame,
     method_frame,
-    method_payload,
     raw_frame,
 )
-from broker_process import BrokerProcess
 from pamqp import commands
+from pamqp.base import Frame
 from pika.adapters.blocking_connection import BlockingChannel
 
 CHANNEL = 1
@@ -45,6 +45,12 @@ OVERSIZED = FRAME_MAX + 1000
 QUEUE = "frame-errors"
 QUEUE_DECLARE = (50, 10)
 BASIC_PUBLISH = (60, 40)
+
+
+def method_payload(method: Frame) -> bytes:
+    """The payload of a method frame (method id, arguments), to cut short or wrap badly."""
+    return method_frame(0, method)[7:-1]
+
 
 PUBLISH = method_frame(CHANNEL, commands.Basic.Publish(exchange="", routing_key=QUEUE))
 QOS = method_payload(commands.Basic.Qos(prefetch_count=1))
@@ -163,7 +169,7 @@ def assert_still_serves(channel: BlockingChannel) -> None:
 def test_malformed_input_closes_only_its_connection(
     broker: BrokerProcess, bystander: BlockingChannel, bad: BadInput
 ) -> None:
-    with connect(broker.port, frame_max=FRAME_MAX, channels=(CHANNEL,)) as conn:
+    with connect(broker.url, frame_max=FRAME_MAX, channels=(CHANNEL,)) as conn:
         conn.send_raw(bad.data)
         close = conn.expect_connection_close()
 
@@ -188,7 +194,7 @@ def test_unknown_method_ends_the_connection(
     # RabbitMQ 3.x has no reply for this: rabbit_framing's lookup_method_name/1 exits,
     # the reader process dies and the socket closes without connection.close. A close
     # naming the problem (540 NOT_IMPLEMENTED or 503 COMMAND_INVALID) is accepted too.
-    with connect(broker.port, channels=(CHANNEL,)) as conn:
+    with connect(broker.url, channels=(CHANNEL,)) as conn:
         conn.send_raw(raw_frame(FRAME_METHOD, CHANNEL, struct.pack(">HH", *ids)))
         frames = conn.frames_until_eof()
 

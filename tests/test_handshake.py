@@ -12,14 +12,15 @@ import time
 from collections.abc import Callable
 
 import pytest
-from amqp_wire import (
-    PROTOCOL_HEADER_0_9_1,
+from broker_process import BrokerProcess
+from lavin.wire_client import (
+    PROTOCOL_HEADER,
+    Address,
+    Connection,
     Received,
-    WireConnection,
     connect,
     heartbeat_frame,
 )
-from broker_process import BrokerProcess
 from pamqp import commands, heartbeat
 
 RABBITMQ_CAPABILITIES = (
@@ -47,14 +48,15 @@ RABBITMQ_CAPABILITIES = (
 def test_unsupported_protocol_header_is_answered_with_0_9_1_and_closed(
     broker: BrokerProcess, greeting: bytes
 ) -> None:
-    with WireConnection(broker.port) as conn:
+    with Connection(broker.url) as conn:
         conn.send_raw(greeting)
-        assert conn.read_until_eof() == PROTOCOL_HEADER_0_9_1
+        assert conn.read_until_eof() == PROTOCOL_HEADER
 
 
 def test_connection_start_describes_the_server(broker: BrokerProcess) -> None:
-    with WireConnection(broker.port) as conn:
-        start = conn.begin()
+    with Connection(broker.url) as conn:
+        conn.send_raw(PROTOCOL_HEADER)
+        start = conn.expect(commands.Connection.Start)
 
     assert (start.version_major, start.version_minor) == (0, 9)
     assert {"PLAIN", "AMQPLAIN"} <= set(start.mechanisms.split())
@@ -70,10 +72,10 @@ def test_connection_start_describes_the_server(broker: BrokerProcess) -> None:
 
 
 def test_tune_proposes_rabbitmq_defaults(broker: BrokerProcess) -> None:
-    with WireConnection(broker.port) as conn:
-        conn.begin()
-        conn.login()
-        tune = conn.expect_tune()
+    with Connection(broker.url) as conn:
+        conn.send_raw(PROTOCOL_HEADER)
+        conn.start_ok()
+        tune = conn.expect(commands.Connection.Tune)
 
     assert (tune.channel_max, tune.frame_max, tune.heartbeat) == (2047, 131072, 60)
 
@@ -82,10 +84,9 @@ def test_tune_proposes_rabbitmq_defaults(broker: BrokerProcess) -> None:
 def test_login_with_valid_credentials_opens_the_connection(
     broker: BrokerProcess, mechanism: str
 ) -> None:
-    with connect(broker.port, mechanism=mechanism, channels=(1,)) as conn:
+    with connect(broker.url, mechanism=mechanism, channels=(1,)) as conn:
         conn.send(commands.Queue.Declare(queue="", exclusive=True), 1)
         declared = conn.expect(commands.Queue.DeclareOk, channel=1)
-        assert isinstance(declared, commands.Queue.DeclareOk)
         assert declared.queue.startswith("amq.gen-")
 
 
@@ -96,9 +97,9 @@ def test_login_with_valid_credentials_opens_the_connection(
 def test_failed_login_is_closed_with_access_refused(
     broker: BrokerProcess, mechanism: str, username: str, password: str
 ) -> None:
-    with WireConnection(broker.port) as conn:
-        conn.begin()
-        conn.login(username, password, mechanism)
+    with Connection(Address("127.0.0.1", broker.port, username, password)) as conn:
+        conn.send_raw(PROTOCOL_HEADER)
+        conn.start_ok(mechanism)
         close = conn.expect_connection_close()
         conn.read_until_eof()
 
@@ -111,9 +112,9 @@ def test_failed_login_is_closed_with_access_refused(
 def test_failed_login_without_authentication_failure_close_just_drops_the_socket(
     broker: BrokerProcess,
 ) -> None:
-    with WireConnection(broker.port) as conn:
-        conn.begin()
-        conn.login("guest", "not-the-password", capabilities={})
+    with Connection(Address("127.0.0.1", broker.port, password="not-the-password")) as conn:
+        conn.send_raw(PROTOCOL_HEADER)
+        conn.start_ok(capabilities={})
         frames = conn.frames_until_eof(timeout=10)
 
     assert not [f for f in frames if isinstance(f.frame, commands.Connection.Close)]
@@ -160,10 +161,10 @@ def test_out_of_range_tune_ok_is_refused_with_not_allowed(
     tune_ok: TuneOkFactory,
     expected_text: Callable[[commands.Connection.Tune], str],
 ) -> None:
-    with WireConnection(broker.port) as conn:
-        conn.begin()
-        conn.login()
-        tune = conn.expect_tune()
+    with Connection(broker.url) as conn:
+        conn.send_raw(PROTOCOL_HEADER)
+        conn.start_ok()
+        tune = conn.expect(commands.Connection.Tune)
         conn.send(tune_ok(tune))
         close = conn.expect_connection_close()
 
@@ -175,7 +176,7 @@ def test_out_of_range_tune_ok_is_refused_with_not_allowed(
 def test_channels_beyond_negotiated_channel_max_are_refused(
     broker: BrokerProcess,
 ) -> None:
-    with connect(broker.port, channel_max=2, channels=(1, 2)) as conn:
+    with connect(broker.url, channel_max=2, channels=(1, 2)) as conn:
         conn.send(commands.Channel.Open(), 3)
         close = conn.expect_connection_close()
 
@@ -185,12 +186,10 @@ def test_channels_beyond_negotiated_channel_max_are_refused(
 
 
 def test_open_of_unknown_vhost_is_refused(broker: BrokerProcess) -> None:
-    with WireConnection(broker.port) as conn:
-        conn.begin()
-        conn.login()
-        tune = conn.expect_tune()
-        conn.tune_ok(tune.channel_max, tune.frame_max, 0)
-        conn.open_vhost("no-such-vhost")
+    with Connection(broker.url) as conn:
+        conn.send_raw(PROTOCOL_HEADER)
+        conn.start_ok()
+        conn.tune_ok(vhost="no-such-vhost")
         close = conn.expect_connection_close()
 
     assert close.reply_code == 530
@@ -201,7 +200,7 @@ def test_open_of_unknown_vhost_is_refused(broker: BrokerProcess) -> None:
 def test_silent_client_is_disconnected_after_two_missed_heartbeats(
     broker: BrokerProcess,
 ) -> None:
-    with connect(broker.port, heartbeat_interval=1) as conn:
+    with connect(broker.url, heartbeat=1) as conn:
         silent_since = time.monotonic()
         conn.read_until_eof(timeout=10)
         silent_for = time.monotonic() - silent_since
@@ -211,7 +210,7 @@ def test_silent_client_is_disconnected_after_two_missed_heartbeats(
 
 def test_broker_sends_heartbeats_on_an_idle_connection(broker: BrokerProcess) -> None:
     received: list[Received] = []
-    with connect(broker.port, heartbeat_interval=1) as conn:
+    with connect(broker.url, heartbeat=1) as conn:
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline and not received:
             conn.send_raw(heartbeat_frame())

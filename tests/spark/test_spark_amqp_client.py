@@ -1,4 +1,4 @@
-"""The executors' small AMQP client against a real broker (classic queues: the mechanics
+"""The executors' small AMQP client (lavin.wire_client) against a real broker (classic queues: the mechanics
 are the same as for streams)."""
 
 from __future__ import annotations
@@ -6,25 +6,20 @@ from __future__ import annotations
 import pytest
 from broker_process import BrokerProcess
 from helpers import open_session
+from lavin.wire_client import Address, AmqpError, UnroutableError, connect
 from pamqp.commands import Basic
-from pyspark_lavin.amqp_client import (
-    AmqpError,
-    ConnectionParameters,
-    UnroutableError,
-    connect,
-    parse_uri,
-)
 
 
 def test_parse_uri() -> None:
-    assert parse_uri("amqp://bob:s%40cret@10.0.0.5:5673/prod%2Fa") == ConnectionParameters(
+    assert Address.from_uri("amqp://bob:s%40cret@10.0.0.5:5673/prod%2Fa") == Address(
         host="10.0.0.5", port=5673, vhost="prod/a", username="bob", password="s@cret"
     )
-    assert parse_uri("amqp://localhost") == ConnectionParameters(
+    assert Address.from_uri("amqp://localhost") == Address(
         host="localhost", port=5672, vhost="/", username="guest", password="guest"
     )
+    assert Address.from_uri("amqp://") == Address()
     with pytest.raises(ValueError, match="only amqp://"):
-        parse_uri("amqps://localhost")
+        Address.from_uri("amqps://localhost")
 
 
 def test_publish_then_consume_in_order_with_properties_and_large_bodies(

@@ -6,10 +6,10 @@ import datetime
 import decimal
 
 import pytest
+from lavin.wire_client import Delivery
 from pamqp.commands import Basic
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
-from pyspark_lavin.amqp_client import Delivery
 from pyspark_lavin.rows import RecordBatchBuilder, header_entries, render_header_value
 from pyspark_lavin.schema import ROW_SCHEMA, check_schema
 
