@@ -7,6 +7,7 @@ gets the next message, when a message dies and when the queue goes away.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -48,6 +49,17 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclass(frozen=True)
+class QueueDeclaration:
+    """What queue.declare asked for; `exclusive_owner` is the connection of an exclusive queue."""
+
+    name: str
+    durable: bool
+    exclusive_owner: object | None
+    auto_delete: bool
+    arguments: dict[str, Any]
+
+
 # StreamQueue subclasses it, and setup.py may compile this module.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Queue:
@@ -59,26 +71,16 @@ class Queue:
 
     kind = "queue"  # as a routing destination (lavin.api.Destination)
 
-    def __init__(
-        self,
-        vhost: VHost,
-        name: str,
-        settings: QueueSettings,
-        *,
-        durable: bool,
-        exclusive_owner: object | None,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-    ) -> None:
+    def __init__(self, vhost: VHost, declaration: QueueDeclaration, settings: QueueSettings) -> None:
         self.vhost = vhost
         self.loop = vhost.broker.loop
         self._mark_dirty = vhost.broker.group_commit.mark_dirty
-        self.name = name
+        self.name = declaration.name
         self.settings = settings
-        self.durable = durable
-        self.exclusive_owner = exclusive_owner  # the connection an exclusive queue belongs to
-        self.auto_delete = auto_delete
-        self.arguments = arguments
+        self.durable = declaration.durable
+        self.exclusive_owner = declaration.exclusive_owner
+        self.auto_delete = declaration.auto_delete
+        self.arguments = declaration.arguments
         self.consumers: list[Consumer] = []
         self.bound_from: set[Exchange] = set()
         self.deleted = False
@@ -218,22 +220,8 @@ class MessageQueue(Queue):
     """A queue whose `QueueType` store takes, acks and requeues: TTL, length limits,
     delivery limits and dead-lettering happen here."""
 
-    def __init__(
-        self,
-        vhost: VHost,
-        name: str,
-        store: QueueType,
-        settings: QueueSettings,
-        *,
-        durable: bool,
-        exclusive_owner: object | None,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-    ) -> None:
-        super().__init__(
-            vhost, name, settings, durable=durable, exclusive_owner=exclusive_owner, auto_delete=auto_delete,
-            arguments=arguments,
-        )
+    def __init__(self, vhost: VHost, declaration: QueueDeclaration, settings: QueueSettings, store: QueueType) -> None:
+        super().__init__(vhost, declaration, settings)
         self.store = store
         self._rr: dict[int, int] = {}  # round-robin position per consumer priority
         self._limited = settings.max_length is not None or settings.max_length_bytes is not None

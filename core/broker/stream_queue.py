@@ -16,7 +16,7 @@ from lavin.api import errors
 from lavin.api import Message, StreamType
 from lavin.broker.arguments import QueueSettings
 from lavin.broker.consumer import Consumer
-from lavin.broker.queue import DRAIN_BATCH, NEEDS_SYNC, Queue
+from lavin.broker.queue import DRAIN_BATCH, NEEDS_SYNC, Queue, QueueDeclaration
 from lavin.broker.stream_consumer import (
     OFFSET_ARGUMENT,
     StreamReader,
@@ -66,22 +66,8 @@ def check_stream_declaration(
 class StreamQueue(Queue):
     """A queue whose messages stay after ack; each consumer reads from its own offset."""
 
-    def __init__(
-        self,
-        vhost: VHost,
-        name: str,
-        store: StreamType,
-        settings: QueueSettings,
-        *,
-        durable: bool,
-        exclusive_owner: object | None,
-        auto_delete: bool,
-        arguments: dict[str, Any],
-    ) -> None:
-        super().__init__(
-            vhost, name, settings, durable=durable, exclusive_owner=exclusive_owner, auto_delete=auto_delete,
-            arguments=arguments,
-        )
+    def __init__(self, vhost: VHost, declaration: QueueDeclaration, settings: QueueSettings, store: StreamType) -> None:
+        super().__init__(vhost, declaration, settings)
         self.store = store
         self._readers: dict[Consumer, StreamReader] = {}
         self._offsets = ConsumerOffsets(store.path)

@@ -24,7 +24,7 @@ from lavin.broker.arguments import (
 from lavin.broker.default_exchange import DefaultExchangeTable
 from lavin.broker.exchange import Exchange, Target
 from lavin.broker.flow import PublisherFlow
-from lavin.broker.queue import BEHIND, STORED, MessageQueue, Queue
+from lavin.broker.queue import BEHIND, STORED, MessageQueue, Queue, QueueDeclaration
 from lavin.broker.stream_info import stream_info_reply
 from lavin.broker.stream_queue import StreamQueue, check_stream_declaration
 from lavin.storage.definitions_store import (
@@ -300,14 +300,12 @@ class VHost:
             ) from None
         if persistent:
             (path / ".queue").write_text(name)
-        options: dict[str, Any] = {
-            "durable": durable, "exclusive_owner": owner, "auto_delete": auto_delete, "arguments": arguments,
-        }
+        declaration = QueueDeclaration(name, durable, owner, auto_delete, arguments)
         queue: Queue
         if isinstance(store, StreamType):
-            queue = StreamQueue(self, name, store, settings, **options)
+            queue = StreamQueue(self, declaration, settings, store)
         elif isinstance(store, QueueType) and not is_stream:
-            queue = MessageQueue(self, name, store, settings, **options)
+            queue = MessageQueue(self, declaration, settings, store)
         else:
             store.delete()
             log.error("queue type '%s' built a %s, which is not of its kind", type_name, type(store).__name__)
