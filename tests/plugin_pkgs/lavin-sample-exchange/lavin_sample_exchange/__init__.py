@@ -1,36 +1,36 @@
 """The `x-prefix` exchange: a message goes to every binding whose key prefixes its routing key.
 
-A third-party exchange type in its smallest form; it imports nothing from Lavin but `lavin.api`.
+A third-party exchange type in its smallest form; it imports nothing from Lavin but
+`lavin.api`. `BindingTable` keeps the bindings and their identity (destination, routing
+key, arguments); this class keeps an index from binding key to destinations for `route`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from lavin.api import Arguments, Binding, Destination, ExchangeType, Message
+from lavin.api import Arguments, Binding, BindingId, BindingTable, Destination, DestinationSet, Message
 
 
-class PrefixExchange(ExchangeType):
+class PrefixExchange(BindingTable):
     name = "x-prefix"
 
     def __init__(self, arguments: Arguments) -> None:
         super().__init__(arguments)
-        self._bindings: dict[tuple[Destination, str], Binding] = {}
+        self._by_prefix: dict[str, DestinationSet] = {}
 
-    def bind(self, destination: Destination, routing_key: str, arguments: Arguments) -> bool:
-        key = (destination, routing_key)
-        if key in self._bindings:
-            return False
-        self._bindings[key] = Binding(destination, routing_key, arguments)
-        return True
+    def _index(self, binding_id: BindingId, binding: Binding) -> None:
+        self._by_prefix.setdefault(binding.routing_key, DestinationSet()).add(binding_id)
 
-    def unbind(self, destination: Destination, routing_key: str, arguments: Arguments) -> bool:
-        return self._bindings.pop((destination, routing_key), None) is not None
+    def _unindex(self, binding_id: BindingId, binding: Binding) -> None:
+        targets = self._by_prefix[binding.routing_key]
+        targets.discard(binding_id)
+        if not targets:
+            del self._by_prefix[binding.routing_key]
 
-    def route(self, routing_key: str, message: Message) -> Iterator[Destination]:
-        for binding in self._bindings.values():
-            if routing_key.startswith(binding.routing_key):
-                yield binding.destination
-
-    def bindings(self) -> Iterator[Binding]:
-        return iter(list(self._bindings.values()))
+    def route(self, routing_key: str, message: Message) -> list[Destination]:
+        # One lookup per prefix of the routing key (at most 256), however many bindings.
+        found: list[Destination] = []
+        for end in range(len(routing_key) + 1):
+            targets = self._by_prefix.get(routing_key[:end])
+            if targets is not None:
+                found.extend(targets.destinations)
+        return found

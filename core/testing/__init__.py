@@ -1,0 +1,38 @@
+"""Test helpers shipped with Lavin, for plugin authors and for applications.
+
+- `ExchangeTypeKit`, `QueueTypeKit`: conformance tests that a third-party exchange type or
+  queue type inherits in its own test suite.
+- `running_broker`, `LavinBroker`: a broker in a background thread of the test process;
+  the pytest plugin's `lavin_broker` and `lavin_url` fixtures are built on them.
+
+See docs/testing.md. Names are imported on first use: pytest imports this package for its
+plugin in every run, and a run that uses none of it should not import the broker.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lavin.testing.broker import LavinBroker, running_broker
+    from lavin.testing.exchange_kit import ExchangeTypeKit, Publish, StubDestination
+    from lavin.testing.queue_kit import QueueTypeKit
+
+_HOME = {
+    "LavinBroker": "lavin.testing.broker",
+    "running_broker": "lavin.testing.broker",
+    "ExchangeTypeKit": "lavin.testing.exchange_kit",
+    "Publish": "lavin.testing.exchange_kit",
+    "StubDestination": "lavin.testing.exchange_kit",
+    "QueueTypeKit": "lavin.testing.queue_kit",
+}
+
+__all__ = ["ExchangeTypeKit", "LavinBroker", "Publish", "QueueTypeKit", "StubDestination", "running_broker"]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

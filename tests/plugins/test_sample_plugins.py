@@ -1,0 +1,67 @@
+"""The sample third-party packages in tests/plugin_pkgs, used as their authors would: built
+and installed into this environment, their own test suites run (Lavin's conformance kits),
+then both types used from pika against a broker that enables them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+from broker_process import BrokerFactory
+
+PLUGIN_PKGS = Path(__file__).resolve().parent.parent / "plugin_pkgs"
+# distribution -> the type it adds
+SAMPLES = {"lavin-sample-exchange": "x-prefix", "lavin-sample-queue": "x-lifo"}
+
+
+def run_quietly(*command: str, cwd: Path | None = None) -> str:
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="session")
+def sample_packages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """Both samples installed for the session; their copies the builds ran in, by name."""
+    copies = {}
+    for name in SAMPLES:
+        # A copy, so the build leaves no build/ or egg-info in the source tree.
+        copies[name] = tmp_path_factory.mktemp(name) / name
+        shutil.copytree(PLUGIN_PKGS / name, copies[name])
+    pip = (sys.executable, "-m", "pip", "--disable-pip-version-check")
+    run_quietly(*pip, "install", "--quiet", "--no-deps", "--no-build-isolation", *map(str, copies.values()))
+    yield copies
+    run_quietly(*pip, "uninstall", "--yes", *SAMPLES)
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_sample_passes_its_own_suite(sample_packages: dict[str, Path], name: str) -> None:
+    package = sample_packages[name]
+    output = run_quietly(sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", cwd=package)
+    assert "test_name_matches_its_entry_point PASSED" in output, output
+    assert " failed" not in output and " error" not in output, output
+
+
+@pytest.mark.usefixtures("sample_packages")
+def test_prefix_exchange_routes_into_lifo_queue(broker_factory: BrokerFactory) -> None:
+    # A broker process of its own: this one read the entry points before the install.
+    enabled = [argument for name in SAMPLES.values() for argument in ("--plugin", name)]
+    broker = broker_factory(extra_args=enabled)
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    try:
+        channel = connection.channel()
+        channel.exchange_declare("regions", exchange_type="x-prefix")
+        channel.queue_declare("europe", durable=True, arguments={"x-queue-type": "x-lifo"})
+        channel.queue_bind("europe", "regions", routing_key="eu.")
+        for routing_key in ["eu.fr", "us.ny", "eu.de", "eu.it"]:
+            channel.basic_publish("regions", routing_key, routing_key.encode())
+        # basic.get on the publishing channel sees every message published before it.
+        received = [channel.basic_get("europe", auto_ack=True)[2] for _ in range(4)]
+        assert received == [b"eu.it", b"eu.de", b"eu.fr", None]
+    finally:
+        connection.close()
