@@ -34,16 +34,22 @@ def serve(config: Config) -> None:
     raise_open_file_limit()
     loop_factory = event_loop_factory(config.loop)
     with data_dir_lock(config.data_dir):
-        registry = load_registry(
-            config.plugins,
-            plugin_settings=config.plugin_settings,
-            auth_backends=config.auth_backends,
-        )
-        for line in registry.startup_report():
-            log.info("%s", line)
+        registry = load_plugins(config)
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(run_broker(config, registry))
     log.info("Stopped")
+
+
+def load_plugins(config: Config) -> Registry:
+    """The built-in and the enabled plugins, configured; each named in the log."""
+    registry = load_registry(
+        config.plugins,
+        plugin_settings=config.plugin_settings,
+        auth_backends=config.auth_backends,
+    )
+    for line in registry.startup_report():
+        log.info("%s", line)
+    return registry
 
 
 def raise_open_file_limit() -> None:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lavin.config import Config
-from lavin.plugin_registry import Registry, load_registry
-from lavin.server import data_dir_lock, event_loop_factory, start_broker
+from lavin.plugin_registry import Registry
+from lavin.server import data_dir_lock, event_loop_factory, load_plugins, start_broker
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
@@ -42,7 +42,7 @@ def running_broker(data_dir: Path, plugins: Sequence[str] = ()) -> Iterator[Lavi
     """
     config = Config(data_dir=data_dir, amqp_port=0, plugins=tuple(plugins))
     with data_dir_lock(config.data_dir):
-        thread = _BrokerThread(config, load_registry(config.plugins))
+        thread = _BrokerThread(config, load_plugins(config))
         thread.start()
         try:
             port = thread.port.result(START_TIMEOUT)
