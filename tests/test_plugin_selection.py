@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import re
 import sys
 import types
@@ -153,6 +155,7 @@ def test_refused_settings_stop_startup(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_section_of_no_enabled_plugin_is_warned(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="lavin.plugin_registry")  # whatever the root level
     load_registry(plugin_settings={"ghost": {"key": "value"}})
     assert "config section [plugin.ghost] is ignored" in caplog.text
 
