@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from lavin.api import ExchangeType, Message, PreconditionFailed
-from lavin.message import encode_properties
+from lavin.api.message import encode_properties
 from lavin.plugins.exchanges.direct import DirectExchange
 from lavin.plugins.exchanges.fanout import FanoutExchange
 from lavin.plugins.exchanges.headers import HeadersExchange
