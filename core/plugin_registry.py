@@ -90,6 +90,8 @@ def load_registry(
     names = list(dict.fromkeys(plugin_names))
     enabled = [plugin for plugin in installed if plugin.always_on or plugin.name in names]
     plugin_manager = load_hook_plugins(hook_plugin_names(names, installed))
+    # The ignores: mypy accepts only concrete classes where type[T] is expected (python/mypy#4717),
+    # and these abstract bases serve scan_group for issubclass checks only.
     registry = Registry(
         exchange_types=scan_group(EXCHANGE_GROUP, ExchangeType, enabled),  # type: ignore[type-abstract]
         queue_types=scan_group(QUEUE_GROUP, MessageStore, enabled),  # type: ignore[type-abstract]
@@ -205,7 +207,8 @@ def scan_group(
 
 
 def checked_class(extension: Extension[Any], base: type[PluginClass]) -> type[PluginClass]:
-    plugin = extension.plugin
+    # Whatever the entry point names: stevedore types it as type[T], but a module or a function loads too.
+    plugin: object = extension.plugin
     origin = f"{extension.entry_point.value} from {distribution_name(extension.entry_point)}"
     if not (isinstance(plugin, type) and issubclass(plugin, base)):
         raise PluginError(f"{origin} is not a subclass of lavin.api.{base.__name__}")

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import platform
 import struct
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import lavin
 from lavin.amqp import codec
@@ -22,13 +22,14 @@ from lavin.broker.flow import PublisherFlow
 from lavin.broker.vhost import VHost
 from pamqp import commands
 from pamqp import decode as pamqp_decode
+from pamqp.common import FieldTable
 
 log = logging.getLogger(__name__)
 
 FRAME_MIN_SIZE: Final = 4096
 CLOSE_TIMEOUT: Final = 3.0
 
-SERVER_CAPABILITIES: Final = {
+SERVER_CAPABILITIES: Final[FieldTable] = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
     "basic.nack": True,
@@ -84,7 +85,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport; uvloop's does not subclass asyncio.Transport, so no isinstance.
-        stream: asyncio.Transport = transport  # type: ignore[assignment]
+        stream = cast(asyncio.Transport, transport)
         self.transport = stream
         peername = stream.get_extra_info("peername") or ("", 0)
         self.peer_host = str(peername[0])
@@ -286,7 +287,7 @@ class Connection(asyncio.Protocol):
                 "platform": f"Python {platform.python_version()}",
                 "information": "An AMQP 0-9-1 broker",
                 "cluster_name": self.broker.config.bind,
-                "capabilities": SERVER_CAPABILITIES,  # type: ignore[dict-item]
+                "capabilities": SERVER_CAPABILITIES,
             },
             mechanisms="PLAIN AMQPLAIN",
             locales="en_US",

@@ -10,7 +10,6 @@ lives in the core, which imports this package and is never imported by it.
 from __future__ import annotations
 
 import pluggy
-
 from lavin.api.arguments import Arguments, InvalidArgument, field_type, parse_duration
 from lavin.api.auth import AuthBackend, User
 from lavin.api.errors import (

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
 import pluggy
-
 from lavin.api.auth import User
 
 hookspec = pluggy.HookspecMarker("lavin")

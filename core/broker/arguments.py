@@ -49,7 +49,9 @@ def _describe(value: object) -> str:
     return "none" if value is None else str(value)
 
 
-def _inequivalent(arg: str, kind: str, name: str, vhost: str, received: object, current: object) -> errors.PreconditionFailed:
+def _inequivalent(
+    arg: str, kind: str, name: str, vhost: str, received: object, current: object
+) -> errors.PreconditionFailed:
     return errors.PreconditionFailed(
         f"inequivalent arg '{arg}' for {kind} '{name}' in vhost '{vhost}': "
         f"received '{_describe(received)}' but current is '{_describe(current)}'"

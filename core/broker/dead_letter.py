@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lavin.api import Message
-from lavin.broker.sender_selected import routing_keys_of
 from lavin.api.message import encode_properties
+from lavin.broker.sender_selected import routing_keys_of
 
 if TYPE_CHECKING:
     from lavin.broker.exchange import Reached
@@ -31,7 +31,9 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
         return
     exchange = queue.vhost.exchanges.get(settings.dead_letter_exchange)
     if exchange is None:
-        log.debug("queue %s: dead-letter exchange %s is missing, message dropped", queue.name, settings.dead_letter_exchange)
+        log.debug(
+            "queue %s: dead-letter exchange %s is missing, message dropped", queue.name, settings.dead_letter_exchange
+        )
         return
     try:
         props = dict(message.props)
@@ -58,7 +60,10 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     for target in targets:
         if _is_cycle(target.name, deaths):
             log.warning(
-                "message dropped: dead-letter cycle from queue '%s' to '%s' (reason %s)", queue.name, target.name, reason
+                "message dropped: dead-letter cycle from queue '%s' to '%s' (reason %s)",
+                queue.name,
+                target.name,
+                reason,
             )
             continue
         target.publish(copy)

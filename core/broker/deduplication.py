@@ -15,8 +15,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from lavin.api import errors
-from lavin.api import Message
+from lavin.api import Message, errors
 from lavin.broker.queue import STORED
 
 ENABLED_ARGUMENT = "x-message-deduplication"

@@ -19,11 +19,10 @@ from heapq import heappop, heappush
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lavin.api import errors
-from lavin.api import Message
-from lavin.storage.segment_store import SegmentStore
-from lavin.broker.queue import NEEDS_SYNC, STORED
+from lavin.api import Message, errors
 from lavin.api.message import encode_properties
+from lavin.broker.queue import NEEDS_SYNC, STORED
+from lavin.storage.segment_store import SegmentStore
 
 if TYPE_CHECKING:
     import asyncio

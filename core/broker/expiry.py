@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from lavin.api import errors
-from lavin.api import Message
+from lavin.api import Message, errors
 
 EXPIRATION_FLAG = 0x01  # 0x0100 in the property flag word: its high byte
 

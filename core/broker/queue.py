@@ -7,8 +7,8 @@ gets the next message, when a message dies and when the queue goes away.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from lavin.api import Message, QueueType

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from lavin.api import errors
-from lavin.api import Message
+from lavin.api import Message, errors
 
 _HEADERS_FLAG = 0x20  # in the first byte of the property flags
 

@@ -17,8 +17,7 @@ from datetime import datetime
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
-from lavin.api import errors
-from lavin.api import Message, StreamCursor, field_type, parse_duration
+from lavin.api import Message, StreamCursor, errors, field_type, parse_duration
 from lavin.api.message import HEADERS_FLAG, headers_offset
 from lavin.storage.record import now_ms
 

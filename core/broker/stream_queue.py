@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from lavin.api import errors
-from lavin.api import Message, StreamType
+from lavin.api import Message, StreamType, errors
 from lavin.broker.arguments import QueueSettings
 from lavin.broker.consumer import Consumer
 from lavin.broker.queue import DRAIN_BATCH, NEEDS_SYNC, Queue, QueueDeclaration

@@ -373,7 +373,9 @@ class VHost:
         return destination.durable
 
     @staticmethod
-    def _binding_def(source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any]) -> BindingDef:
+    def _binding_def(
+        source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any]
+    ) -> BindingDef:
         kind: Literal["queue", "exchange"] = "queue" if isinstance(destination, Queue) else "exchange"
         return BindingDef(source.name, destination.name, kind, routing_key, arguments)
 

@@ -20,13 +20,14 @@ import mmh3
 from lavin.api import (
     Arguments,
     Binding,
+    BindingId,
+    BindingTable,
     Destination,
     Message,
     PreconditionFailed,
     destination_identity,
 )
 
-from lavin.api import BindingId, BindingTable
 from .jump_hash import jump_bucket
 
 HASHABLE_PROPERTIES = ("message_id", "correlation_id", "timestamp")

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from lavin.api import Arguments, Binding, Destination, Message
-
-from lavin.api import BindingId, BindingTable, DestinationSet
+from lavin.api import Arguments, Binding, BindingId, BindingTable, Destination, DestinationSet, Message
 
 
 class FanoutExchange(BindingTable):

@@ -14,9 +14,17 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from lavin.api import Arguments, Binding, Destination, Message, PreconditionFailed
-
-from lavin.api import BindingId, BindingTable, DestinationSet, frozen
+from lavin.api import (
+    Arguments,
+    Binding,
+    BindingId,
+    BindingTable,
+    Destination,
+    DestinationSet,
+    Message,
+    PreconditionFailed,
+    frozen,
+)
 
 # x-match value -> whether one condition is enough.
 MATCH_MODES = {"all": False, "any": True, "all-with-x": False, "any-with-x": True}

@@ -8,9 +8,7 @@ matching exponential; results are cached per routing key until the bindings chan
 
 from __future__ import annotations
 
-from lavin.api import Arguments, Binding, Destination, Message
-
-from lavin.api import BindingId, BindingTable, DestinationSet
+from lavin.api import Arguments, Binding, BindingId, BindingTable, Destination, DestinationSet, Message
 
 ONE_WORD = "*"
 ANY_WORDS = "#"
