@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from lavin.api.message import Message
-from mypy_extensions import mypyc_attr
 
 
 class Settles(Protocol):
@@ -25,7 +24,6 @@ class Settles(Protocol):
     def requeue(self, message_ids: Iterable[int]) -> None: ...
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class Consumer:
     """A subscription to one queue.
 

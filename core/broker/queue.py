@@ -215,7 +215,6 @@ class Queue:
         raise NotImplementedError
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class MessageQueue(Queue):
     """A queue whose `QueueType` store takes, acks and requeues: TTL, length limits,
     delivery limits and dead-lettering happen here."""
