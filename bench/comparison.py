@@ -148,8 +148,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="runs per broker and scenario (default 3)")
     parser.add_argument("--connections", type=int, default=1000, help="idle connections to open (default 1000)")
     parser.add_argument("--queues", type=int, default=2000, help="queues to declare, bind, delete (default 2000)")
-    parser.add_argument("--only", action="append", default=[], metavar="WORD",
-                        help="run only the scenarios whose label contains WORD (repeatable)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="WORD",
+        help="run only the scenarios whose label contains WORD (repeatable)",
+    )
     args = parser.parse_args()
     ensure_rabbitmq_installed()
     idle, repeated = scenarios(args.connections, args.queues)

@@ -90,9 +90,7 @@ def local_session() -> SparkSession:
     return spark
 
 
-def export(
-    spark: SparkSession, mode: str, sink: str, options: dict[str, str], scratch: Path
-) -> float:
+def export(spark: SparkSession, mode: str, sink: str, options: dict[str, str], scratch: Path) -> float:
     """Read the whole stream into `sink`; return the seconds it took."""
     started = time.perf_counter()
     if mode == "batch":
@@ -120,11 +118,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="spark-export-") as scratch_name:
         scratch = Path(scratch_name)
-        broker = (
-            local_broker(scratch / "broker")
-            if arguments.uri is None
-            else nullcontext(arguments.uri)
-        )
+        broker = local_broker(scratch / "broker") if arguments.uri is None else nullcontext(arguments.uri)
         with broker as uri:
             queue = f"spark-export-{os.getpid()}"
             seconds = fill_stream(uri, queue, arguments.messages, arguments.body_size)

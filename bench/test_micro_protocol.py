@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from lavin.amqp import codec
 from lavin.amqp.connection import Connection
+from lavin.api.message import encode_properties
 from lavin.broker.broker import Broker
 from lavin.config import Config
-from lavin.api.message import encode_properties
 from lavin.plugin_registry import load_registry
 from lavin.wire_client import encode_publish
 from pamqp import commands, decode, encode, frame

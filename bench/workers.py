@@ -98,7 +98,7 @@ def run_worker(role: str, index: int, signals: Signals, work: Callable[[Callable
 
     try:
         result = work(ready)
-    except Exception as exc:  # reported to the coordinator, which stops the run
+    except Exception as exc:  # noqa: BLE001 - reported to the coordinator, which stops the run
         signals.reports.put(("error", role, index, f"{type(exc).__name__}: {exc}"))
     else:
         signals.reports.put(("result", role, index, result))

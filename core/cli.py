@@ -59,8 +59,7 @@ def main() -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="LAVIN_CONFIG",
     show_envvar=True,
-    help="INI file with [main], [amqp] and [plugin.NAME] sections; flags and env vars "
-    "override it.",
+    help="INI file with [main], [amqp] and [plugin.NAME] sections; flags and env vars override it.",
 )
 @click.option(
     "--plugin",
@@ -90,11 +89,7 @@ def main() -> None:
 @click.pass_context
 def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> None:
     """Run the broker until SIGTERM or SIGINT."""
-    explicit = {
-        name: value
-        for name, value in options.items()
-        if ctx.get_parameter_source(name) in EXPLICIT_SOURCES
-    }
+    explicit = {name: value for name, value in options.items() if ctx.get_parameter_source(name) in EXPLICIT_SOURCES}
     # Imported here so `lavin --version` and `lavin plugins` stay fast.
     from lavin.server import serve as run_server
 

@@ -152,14 +152,10 @@ def installed_listing(installed: Iterable[InstalledPlugin]) -> str:
         label = plugin.name if plugin.always_on else f"{plugin.name} ({plugin.distribution})"
         by_group[plugin.group].append(label)
     lines = [f"  {group}: {', '.join(labels) or '-'}" for group, labels in by_group.items()]
-    return "\n".join(
-        ["Installed plugins (those with a distribution named need --plugin NAME):", *lines]
-    )
+    return "\n".join(["Installed plugins (those with a distribution named need --plugin NAME):", *lines])
 
 
-def _refuse_load_failure(
-    _manager: ExtensionManager[Any], entry_point: EntryPoint, error: BaseException
-) -> NoReturn:
+def _refuse_load_failure(_manager: ExtensionManager[Any], entry_point: EntryPoint, error: BaseException) -> NoReturn:
     # stevedore only logs failures by default; a type that silently vanishes is worse.
     raise PluginError(
         f"plugin {entry_point.name!r} in group {entry_point.group} from "
@@ -201,9 +197,7 @@ def scan_group(
 ) -> Mapping[str, type[PluginClass]]:
     """Load the enabled entry points of a group into a read-only name -> class map."""
     extensions = load_extensions(group, enabled_names(group, enabled))
-    return MappingProxyType(
-        {name: checked_class(extension, base) for name, extension in extensions.items()}
-    )
+    return MappingProxyType({name: checked_class(extension, base) for name, extension in extensions.items()})
 
 
 def checked_class(extension: Extension[Any], base: type[PluginClass]) -> type[PluginClass]:
@@ -214,9 +208,7 @@ def checked_class(extension: Extension[Any], base: type[PluginClass]) -> type[Pl
         raise PluginError(f"{origin} is not a subclass of lavin.api.{base.__name__}")
     declared = getattr(plugin, "name", None)
     if declared != extension.name:
-        raise PluginError(
-            f"{origin} is registered as {extension.name!r} but its name attribute is {declared!r}"
-        )
+        raise PluginError(f"{origin} is registered as {extension.name!r} but its name attribute is {declared!r}")
     return plugin
 
 
@@ -243,10 +235,7 @@ def check_auth_backends(
                 f"auth backend {name!r} in [main] auth_backends is installed by "
                 f"{providers[0].distribution} but not enabled: add --plugin {name}"
             )
-        raise PluginError(
-            f"unknown auth backend {name!r} in [main] auth_backends\n"
-            f"{installed_listing(installed)}"
-        )
+        raise PluginError(f"unknown auth backend {name!r} in [main] auth_backends\n{installed_listing(installed)}")
 
 
 def load_hook_plugins(plugin_names: Sequence[str]) -> pluggy.PluginManager:
@@ -296,9 +285,7 @@ def import_plugin_module(name: str) -> ModuleType:
         raise PluginError(f"plugin {name!r} failed to import: {exc}") from exc
 
 
-def configure_plugins(
-    plugin_manager: pluggy.PluginManager, settings: Mapping[str, Mapping[str, str]]
-) -> None:
+def configure_plugins(plugin_manager: pluggy.PluginManager, settings: Mapping[str, Mapping[str, str]]) -> None:
     """Call each lifecycle plugin's lavin_configure with its own `[plugin.NAME]` section,
     and no other plugin's: a section may hold secrets."""
     plugins = dict(plugin_manager.list_name_plugin())

@@ -100,9 +100,7 @@ def data_dir_lock(data_dir: Path) -> Iterator[None]:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise StartupError(
-                f"data dir {data_dir} is in use by another broker (pid {holder})"
-            ) from None
+            raise StartupError(f"data dir {data_dir} is in use by another broker (pid {holder})") from None
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
         yield

@@ -73,9 +73,7 @@ def checked_start(requested: int, first: int, fail_on_data_loss: bool, queue: st
     return first
 
 
-def resume_from(
-    checkpointed: int, bounds: StreamBounds, fail_on_data_loss: bool, queue: str
-) -> int:
+def resume_from(checkpointed: int, bounds: StreamBounds, fail_on_data_loss: bool, queue: str) -> int:
     """Where a micro-batch starts, given where the checkpoint says the last one ended."""
     if checkpointed > bounds.next and fail_on_data_loss:
         raise DataLossError(
@@ -86,9 +84,7 @@ def resume_from(
     return checked_start(checkpointed, bounds.first, fail_on_data_loss, queue)
 
 
-def resolve_start(
-    spec: StartSpec, bounds: StreamBounds, fail_on_data_loss: bool, queue: str
-) -> int:
+def resolve_start(spec: StartSpec, bounds: StreamBounds, fail_on_data_loss: bool, queue: str) -> int:
     if spec == "earliest":
         return bounds.first
     if spec == "latest":
@@ -107,9 +103,7 @@ def micro_batch_end(start: int, tail: int, max_records: int | None) -> int:
     return max(start, end)
 
 
-def split_range(
-    whole: OffsetRange, num_partitions: int, min_records_per_partition: int
-) -> list[OffsetRange]:
+def split_range(whole: OffsetRange, num_partitions: int, min_records_per_partition: int) -> list[OffsetRange]:
     """Contiguous slices of nearly equal size; each costs a connection, so small ranges
     get fewer slices than asked for."""
     size = len(whole)

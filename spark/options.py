@@ -46,13 +46,9 @@ def parse_options(raw: Mapping[str, str]) -> LavinOptions:
     return LavinOptions(
         uri=_required(options, "uri"),
         queue=_required(options, "queue"),
-        starting_offsets=cast(
-            StartSpec, _offset_spec(options, "startingOffsets", ("earliest", "latest"), "earliest")
-        ),
+        starting_offsets=cast(StartSpec, _offset_spec(options, "startingOffsets", ("earliest", "latest"), "earliest")),
         ending_offsets=cast(EndSpec, _offset_spec(options, "endingOffsets", ("latest",), "latest")),
-        max_records_per_trigger=(
-            None if max_records is None else _positive_int("maxRecordsPerTrigger", max_records)
-        ),
+        max_records_per_trigger=(None if max_records is None else _positive_int("maxRecordsPerTrigger", max_records)),
         num_partitions=_positive_int("numPartitions", options.get("numpartitions", "1")),
         min_records_per_partition=_positive_int(
             "minRecordsPerPartition",
@@ -60,9 +56,7 @@ def parse_options(raw: Mapping[str, str]) -> LavinOptions:
         ),
         prefetch=_positive_int("prefetch", options.get("prefetch", str(DEFAULT_PREFETCH))),
         fail_on_data_loss=_boolean("failOnDataLoss", options.get("failondataloss", "true")),
-        read_timeout_ms=_positive_int(
-            "readTimeoutMs", options.get("readtimeoutms", str(DEFAULT_READ_TIMEOUT_MS))
-        ),
+        read_timeout_ms=_positive_int("readTimeoutMs", options.get("readtimeoutms", str(DEFAULT_READ_TIMEOUT_MS))),
     )
 
 
@@ -73,9 +67,7 @@ def _required(options: Mapping[str, str], name: str) -> str:
     return value
 
 
-def _offset_spec(
-    options: Mapping[str, str], name: str, keywords: tuple[str, ...], default: str
-) -> str | int:
+def _offset_spec(options: Mapping[str, str], name: str, keywords: tuple[str, ...], default: str) -> str | int:
     value = options.get(name.lower(), default).strip()
     if value.lower() in keywords:
         return value.lower()

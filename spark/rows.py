@@ -56,11 +56,7 @@ def _jsonable(value: object) -> object:
 def header_entries(headers: Mapping[str, object] | None) -> list[tuple[str, str | None]]:
     if not headers:
         return []
-    return [
-        (key, render_header_value(value))
-        for key, value in headers.items()
-        if key != STREAM_OFFSET_HEADER
-    ]
+    return [(key, render_header_value(value)) for key, value in headers.items() if key != STREAM_OFFSET_HEADER]
 
 
 class RecordBatchBuilder:

@@ -22,9 +22,7 @@ PROPERTY_ATTRIBUTES = tuple("message_type" if name == "type" else name for name 
 _PROPERTY_TYPES = {"delivery_mode": IntegerType(), "priority": IntegerType(),
                    "timestamp": TimestampType()}  # fmt: skip
 
-PROPERTIES_TYPE = StructType(
-    [StructField(name, _PROPERTY_TYPES.get(name, StringType())) for name in PROPERTY_NAMES]
-)
+PROPERTIES_TYPE = StructType([StructField(name, _PROPERTY_TYPES.get(name, StringType())) for name in PROPERTY_NAMES])
 
 ROW_SCHEMA = StructType(
     [

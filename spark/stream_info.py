@@ -48,12 +48,8 @@ def request_stream_bounds(client: Connection, queue: str) -> StreamBounds:
 def parse_stream_bounds(queue: str, headers: Mapping[str, object]) -> StreamBounds:
     error = headers.get(ERROR)
     if error is not None:
-        raise StreamInfoError(
-            error.decode(errors="replace") if isinstance(error, bytes) else str(error)
-        )
+        raise StreamInfoError(error.decode(errors="replace") if isinstance(error, bytes) else str(error))
     first, next_offset = headers.get(FIRST_OFFSET), headers.get(NEXT_OFFSET)
     if not isinstance(first, int) or not isinstance(next_offset, int):
-        raise StreamInfoError(
-            f"stream queue {queue!r}: the broker's reply lacks offsets: {headers!r}"
-        )
+        raise StreamInfoError(f"stream queue {queue!r}: the broker's reply lacks offsets: {headers!r}")
     return StreamBounds(first=first, next=next_offset)

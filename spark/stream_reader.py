@@ -75,9 +75,7 @@ class LavinStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: SparkOffset, end: SparkOffset) -> list[InputPartition]:
         queue = self.options.queue
         whole = OffsetRange(from_spark_offset(start, queue), from_spark_offset(end, queue))
-        slices = split_range(
-            whole, self.options.num_partitions, self.options.min_records_per_partition
-        )
+        slices = split_range(whole, self.options.num_partitions, self.options.min_records_per_partition)
         return [RangePartition(piece.start, piece.end) for piece in slices]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -100,22 +100,16 @@ class BrokerProcess:
         env = hermetic_env() if self.env is None else dict(self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap
-        self._process = subprocess.Popen(
-            self.command, stdout=self._log_file, stderr=subprocess.STDOUT, env=env
-        )
+        self._process = subprocess.Popen(self.command, stdout=self._log_file, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + START_TIMEOUT
         while not port_accepts(self.port):
             code = self._process.poll()
             if code is not None:
                 self._reap()
-                raise RuntimeError(
-                    f"broker exited with {code} before listening on {self.port}:\n{self.output}"
-                )
+                raise RuntimeError(f"broker exited with {code} before listening on {self.port}:\n{self.output}")
             if time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(
-                    f"broker not listening on {self.port} after {START_TIMEOUT}s:\n{self.output}"
-                )
+                raise RuntimeError(f"broker not listening on {self.port} after {START_TIMEOUT}s:\n{self.output}")
             time.sleep(0.05)
 
     def stop(self, timeout: float = 10) -> int:

@@ -74,8 +74,7 @@ DEFAULT_EXCHANGE_REFUSED = "ACCESS_REFUSED - operation not permitted on the defa
 # --------------------------------------------------------------------------- reply assertions
 
 
-def _check_reply(kind: str, code: int, text: str, expected_code: int, expected_text: str,
-                 exact: bool) -> None:
+def _check_reply(kind: str, code: int, text: str, expected_code: int, expected_text: str, exact: bool) -> None:
     matches = text == expected_text if exact else text.startswith(expected_text)
     assert code == expected_code and matches, (
         f"{kind} closed with {code} {text!r}, expected {expected_code} "
@@ -108,8 +107,7 @@ def round_trip(channel: BlockingChannel) -> None:
 # --------------------------------------------------------------------------- waiting
 
 
-def wait_until(predicate: Callable[[], bool], what: str,
-               timeout: float = DEFAULT_TIMEOUT) -> None:
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = DEFAULT_TIMEOUT) -> None:
     """Poll until `predicate()` holds; fail with `what` if it never does."""
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -118,8 +116,9 @@ def wait_until(predicate: Callable[[], bool], what: str,
         time.sleep(0.02)
 
 
-def process_until(connection: BlockingConnection, predicate: Callable[[], bool], what: str,
-                  timeout: float = DEFAULT_TIMEOUT) -> None:
+def process_until(
+    connection: BlockingConnection, predicate: Callable[[], bool], what: str, timeout: float = DEFAULT_TIMEOUT
+) -> None:
     """Let pika read and dispatch frames until `predicate()` holds."""
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -172,8 +171,7 @@ class Session:
         self.channel.queue_declare(name, **options)
         return name
 
-    def declare_exchange(self, exchange_type: str = "direct", prefix: str = "x",
-                         **options: Any) -> str:
+    def declare_exchange(self, exchange_type: str = "direct", prefix: str = "x", **options: Any) -> str:
         name = self.track_exchange(unique_name(prefix))
         self.channel.exchange_declare(name, exchange_type, **options)
         return name
@@ -239,8 +237,13 @@ def bodies(messages: Iterable[Message]) -> list[bytes]:
     return [message.body for message in messages]
 
 
-def publish_all(channel: BlockingChannel, routing_key: str, payloads: Iterable[bytes],
-                exchange: str = "", properties: BasicProperties | None = None) -> None:
+def publish_all(
+    channel: BlockingChannel,
+    routing_key: str,
+    payloads: Iterable[bytes],
+    exchange: str = "",
+    properties: BasicProperties | None = None,
+) -> None:
     for payload in payloads:
         channel.basic_publish(exchange, routing_key, payload, properties)
 
@@ -250,8 +253,7 @@ def numbered(prefix: str, count: int) -> list[bytes]:
     return [f"{prefix}-{index}".encode() for index in range(1, count + 1)]
 
 
-def get_message(channel: BlockingChannel, queue: str, *, auto_ack: bool = False
-                ) -> Message | None:
+def get_message(channel: BlockingChannel, queue: str, *, auto_ack: bool = False) -> Message | None:
     method, properties, body = channel.basic_get(queue, auto_ack=auto_ack)
     if method is None:
         return None
@@ -267,8 +269,7 @@ def get_message(channel: BlockingChannel, queue: str, *, auto_ack: bool = False
     )
 
 
-def get_messages(channel: BlockingChannel, queue: str, count: int, *, auto_ack: bool = False
-                 ) -> list[Message]:
+def get_messages(channel: BlockingChannel, queue: str, count: int, *, auto_ack: bool = False) -> list[Message]:
     """Exactly `count` messages by basic.get; fails if the queue runs dry first."""
     messages = []
     for index in range(count):
@@ -319,27 +320,39 @@ def exists(connection: BlockingConnection, kind: Kind, name: str) -> bool:
 class Consumer:
     """A basic.consume subscription whose deliveries are collected in order."""
 
-    def __init__(self, channel: BlockingChannel, queue: str, *, auto_ack: bool = False,
-                 exclusive: bool = False, consumer_tag: str | None = None,
-                 arguments: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        channel: BlockingChannel,
+        queue: str,
+        *,
+        auto_ack: bool = False,
+        exclusive: bool = False,
+        consumer_tag: str | None = None,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
         self.channel = channel
         self.deliveries: list[Message] = []
         self.tag: str = channel.basic_consume(
-            queue, self._on_message, auto_ack=auto_ack, exclusive=exclusive,
-            consumer_tag=consumer_tag, arguments=arguments,
+            queue,
+            self._on_message,
+            auto_ack=auto_ack,
+            exclusive=exclusive,
+            consumer_tag=consumer_tag,
+            arguments=arguments,
         )
 
-    def _on_message(self, _channel: BlockingChannel, method: Any, properties: BasicProperties,
-                    body: bytes) -> None:
-        self.deliveries.append(Message(
-            body=body,
-            delivery_tag=method.delivery_tag,
-            redelivered=method.redelivered,
-            exchange=method.exchange,
-            routing_key=method.routing_key,
-            properties=properties,
-            consumer_tag=method.consumer_tag,
-        ))
+    def _on_message(self, _channel: BlockingChannel, method: Any, properties: BasicProperties, body: bytes) -> None:
+        self.deliveries.append(
+            Message(
+                body=body,
+                delivery_tag=method.delivery_tag,
+                redelivered=method.redelivered,
+                exchange=method.exchange,
+                routing_key=method.routing_key,
+                properties=properties,
+                consumer_tag=method.consumer_tag,
+            )
+        )
 
     @property
     def bodies(self) -> list[bytes]:
@@ -347,8 +360,12 @@ class Consumer:
 
     def wait_for(self, count: int, timeout: float = DEFAULT_TIMEOUT) -> list[Message]:
         """Wait until at least `count` deliveries arrived; return all of them so far."""
-        process_until(self.channel.connection, lambda: len(self.deliveries) >= count,
-                      f"{count} deliveries arrived (got {len(self.deliveries)})", timeout)
+        process_until(
+            self.channel.connection,
+            lambda: len(self.deliveries) >= count,
+            f"{count} deliveries arrived (got {len(self.deliveries)})",
+            timeout,
+        )
         return self.deliveries
 
     def settle(self, seconds: float = QUIET_PERIOD) -> list[Message]:
@@ -400,17 +417,25 @@ class RawClient:
     def _handshake(self) -> None:
         self._sock.sendall(pamqp_frame.marshal(pamqp_header.ProtocolHeader(), 0))
         self.expect(0, commands.Connection.Start)
-        capabilities = {"publisher_confirms": True, "consumer_cancel_notify": True,
-                        "basic.nack": True, "exchange_exchange_bindings": True}
-        self.send(0, commands.Connection.StartOk(
-            client_properties={"product": "lavin-tests", "capabilities": capabilities},
-            mechanism="PLAIN", response="\0guest\0guest", locale="en_US",
-        ))
+        capabilities = {
+            "publisher_confirms": True,
+            "consumer_cancel_notify": True,
+            "basic.nack": True,
+            "exchange_exchange_bindings": True,
+        }
+        self.send(
+            0,
+            commands.Connection.StartOk(
+                client_properties={"product": "lavin-tests", "capabilities": capabilities},
+                mechanism="PLAIN",
+                response="\0guest\0guest",
+                locale="en_US",
+            ),
+        )
         tune = self.expect(0, commands.Connection.Tune)
         if tune.frame_max:
             self.frame_max = tune.frame_max
-        self.send(0, commands.Connection.TuneOk(
-            channel_max=tune.channel_max, frame_max=self.frame_max, heartbeat=0))
+        self.send(0, commands.Connection.TuneOk(channel_max=tune.channel_max, frame_max=self.frame_max, heartbeat=0))
         self.send(0, commands.Connection.Open(virtual_host=VHOST))
         self.expect(0, commands.Connection.OpenOk)
 
@@ -433,23 +458,33 @@ class RawClient:
         return self.expect(channel, reply)
 
     @staticmethod
-    def publish_bytes(channel: int, body: bytes, *, exchange: str = "", routing_key: str = "",
-                      mandatory: bool = False, properties: bytes | None = None,
-                      frame_max: int = 131072) -> bytes:
+    def publish_bytes(
+        channel: int,
+        body: bytes,
+        *,
+        exchange: str = "",
+        routing_key: str = "",
+        mandatory: bool = False,
+        properties: bytes | None = None,
+        frame_max: int = 131072,
+    ) -> bytes:
         """The frames of one basic.publish. `properties` is the encoded property flags and
         property list; by default an empty property set."""
-        encoded_properties = (
-            properties if properties is not None else commands.Basic.Properties().marshal()
-        )
+        encoded_properties = properties if properties is not None else commands.Basic.Properties().marshal()
         header = struct.pack(">HHQ", BASIC_CLASS_ID, 0, len(body)) + encoded_properties
         chunk = frame_max - 8
-        return b"".join([
-            pamqp_frame.marshal(commands.Basic.Publish(
-                exchange=exchange, routing_key=routing_key, mandatory=mandatory), channel),
-            encode_frame(FRAME_HEADER, channel, header),
-            *(encode_frame(FRAME_BODY, channel, body[start:start + chunk])
-              for start in range(0, len(body), chunk)),
-        ])
+        return b"".join(
+            [
+                pamqp_frame.marshal(
+                    commands.Basic.Publish(exchange=exchange, routing_key=routing_key, mandatory=mandatory), channel
+                ),
+                encode_frame(FRAME_HEADER, channel, header),
+                *(
+                    encode_frame(FRAME_BODY, channel, body[start : start + chunk])
+                    for start in range(0, len(body), chunk)
+                ),
+            ]
+        )
 
     def publish(self, channel: int, body: bytes, **options: Any) -> None:
         self.send_bytes(self.publish_bytes(channel, body, frame_max=self.frame_max, **options))
@@ -480,8 +515,7 @@ class RawClient:
         channel.close or connection.close is answered with its close-ok, as a client must."""
         frame = self.read_frame()
         if frame.channel != channel or not isinstance(frame.value, method_type):
-            pytest.fail(f"expected {method_type.__name__} on channel {channel}, "
-                        f"got {describe(frame)}")
+            pytest.fail(f"expected {method_type.__name__} on channel {channel}, got {describe(frame)}")
         if isinstance(frame.value, commands.Channel.Close):
             self.send(channel, commands.Channel.CloseOk())
         elif isinstance(frame.value, commands.Connection.Close):
@@ -510,8 +544,7 @@ class RawClient:
             return
         self._closed = True
         try:
-            self.send(0, commands.Connection.Close(
-                reply_code=200, reply_text="bye", class_id=0, method_id=0))
+            self.send(0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
             deadline = time.monotonic() + DEFAULT_TIMEOUT
             while time.monotonic() < deadline:
                 if isinstance(self.read_frame().value, commands.Connection.CloseOk):

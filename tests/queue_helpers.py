@@ -53,8 +53,9 @@ def unacceptable_type(field_type: str) -> str:
 # --------------------------------------------------------------------------- waiting
 
 
-def wait_for_message(channel: BlockingChannel, queue: str, *, auto_ack: bool = True,
-                     timeout: float = DEFAULT_TIMEOUT) -> Message:
+def wait_for_message(
+    channel: BlockingChannel, queue: str, *, auto_ack: bool = True, timeout: float = DEFAULT_TIMEOUT
+) -> Message:
     """Poll with basic.get until a message arrives in `queue` (e.g. a dead-lettered one)."""
     found: list[Message] = []
 
@@ -68,11 +69,9 @@ def wait_for_message(channel: BlockingChannel, queue: str, *, auto_ack: bool = T
     return found[0]
 
 
-def wait_for_count(channel: BlockingChannel, queue: str, count: int,
-                   timeout: float = DEFAULT_TIMEOUT) -> None:
+def wait_for_count(channel: BlockingChannel, queue: str, count: int, timeout: float = DEFAULT_TIMEOUT) -> None:
     """Wait until queue.declare reports `count` ready messages, with nobody reading them."""
-    wait_until(lambda: message_count(channel, queue) == count,
-               f"queue {queue!r} holds {count} ready messages", timeout)
+    wait_until(lambda: message_count(channel, queue) == count, f"queue {queue!r} holds {count} ready messages", timeout)
 
 
 def holds_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
@@ -129,9 +128,15 @@ def x_death(message: Message) -> list[dict[str, Any]]:
     return deaths
 
 
-def death(queue: str, reason: str, *, count: int = 1, exchange: str = "",
-          routing_keys: list[str] | None = None,
-          original_expiration: str | None = None) -> dict[str, Any]:
+def death(
+    queue: str,
+    reason: str,
+    *,
+    count: int = 1,
+    exchange: str = "",
+    routing_keys: list[str] | None = None,
+    original_expiration: str | None = None,
+) -> dict[str, Any]:
     """One x-death entry as RabbitMQ writes it, without its `time`. The routing keys default
     to the queue's own name, as for a message published to the default exchange."""
     entry: dict[str, Any] = {
@@ -146,15 +151,16 @@ def death(queue: str, reason: str, *, count: int = 1, exchange: str = "",
     return entry
 
 
-def first_and_last_death(first: tuple[str, str, str],
-                         last: tuple[str, str, str] | None = None) -> dict[str, str]:
+def first_and_last_death(first: tuple[str, str, str], last: tuple[str, str, str] | None = None) -> dict[str, str]:
     """The x-first-death-* and x-last-death-* headers from (queue, reason, exchange) triples;
     `last` defaults to `first`, as after a single dead-lettering."""
     last = last or first
     return {
-        "x-first-death-queue": first[0], "x-first-death-reason": first[1],
+        "x-first-death-queue": first[0],
+        "x-first-death-reason": first[1],
         "x-first-death-exchange": first[2],
-        "x-last-death-queue": last[0], "x-last-death-reason": last[1],
+        "x-last-death-queue": last[0],
+        "x-last-death-reason": last[1],
         "x-last-death-exchange": last[2],
     }
 
@@ -168,8 +174,7 @@ def deaths_without_time(message: Message, since: datetime) -> list[dict[str, Any
         stamp = entry.get("time")
         assert isinstance(stamp, datetime), f"x-death time is not a timestamp: {entry!r}"
         earliest = since.replace(microsecond=0) - timedelta(seconds=1)
-        assert earliest <= stamp <= now + timedelta(seconds=1), (
-            f"x-death time {stamp} outside {since}..{now}")
+        assert earliest <= stamp <= now + timedelta(seconds=1), f"x-death time {stamp} outside {since}..{now}"
         entries.append({key: value for key, value in entry.items() if key != "time"})
     return entries
 

@@ -57,10 +57,20 @@ def test_properties_and_headers_round_trip(broker: BrokerProcess) -> None:
         "nothing": None,
     }
     sent = BasicProperties(
-        content_type="application/json", content_encoding="gzip", headers=headers,
-        delivery_mode=2, priority=7, correlation_id="corr-1", reply_to="replies",
-        expiration="60000", message_id="msg-1", timestamp=1_700_000_000,
-        type="order.created", user_id="guest", app_id="lavin-tests", cluster_id="c1",
+        content_type="application/json",
+        content_encoding="gzip",
+        headers=headers,
+        delivery_mode=2,
+        priority=7,
+        correlation_id="corr-1",
+        reply_to="replies",
+        expiration="60000",
+        message_id="msg-1",
+        timestamp=1_700_000_000,
+        type="order.created",
+        user_id="guest",
+        app_id="lavin-tests",
+        cluster_id="c1",
     )
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue()
@@ -85,44 +95,48 @@ def _table(fields: list[tuple[bytes, bytes]]) -> bytes:
 
 # Every field type RabbitMQ accepts in a table, encoded by hand so no client library
 # normalises anything on the way.
-HEADERS_TABLE = _table([
-    (b"bool", b"t\x01"),
-    (b"int8", b"b" + struct.pack(">b", -5)),
-    (b"uint8", b"B" + struct.pack(">B", 250)),
-    (b"int16", b"s" + struct.pack(">h", -30000)),
-    (b"uint16", b"u" + struct.pack(">H", 60000)),
-    (b"int32", b"I" + struct.pack(">i", -2_000_000_000)),
-    (b"uint32", b"i" + struct.pack(">I", 4_000_000_000)),
-    (b"int64", b"l" + struct.pack(">q", -9_000_000_000_000)),
-    (b"float", b"f" + struct.pack(">f", 1.5)),
-    (b"double", b"d" + struct.pack(">d", 2.718281828)),
-    (b"decimal", b"D" + struct.pack(">Bi", 2, 12345)),
-    (b"longstr", b"S" + _longstr("héllo".encode())),
-    (b"binary", b"x" + _longstr(b"\x00\x01\xff")),
-    (b"timestamp", b"T" + struct.pack(">Q", 1_700_000_000)),
-    (b"void", b"V"),
-    (b"array", b"A" + _longstr(b"I" + struct.pack(">i", 1) + b"S" + _longstr(b"two") + b"t\x00")),
-    (b"table", b"F" + _table([(b"inner", b"S" + _longstr(b"value"))])),
-])
+HEADERS_TABLE = _table(
+    [
+        (b"bool", b"t\x01"),
+        (b"int8", b"b" + struct.pack(">b", -5)),
+        (b"uint8", b"B" + struct.pack(">B", 250)),
+        (b"int16", b"s" + struct.pack(">h", -30000)),
+        (b"uint16", b"u" + struct.pack(">H", 60000)),
+        (b"int32", b"I" + struct.pack(">i", -2_000_000_000)),
+        (b"uint32", b"i" + struct.pack(">I", 4_000_000_000)),
+        (b"int64", b"l" + struct.pack(">q", -9_000_000_000_000)),
+        (b"float", b"f" + struct.pack(">f", 1.5)),
+        (b"double", b"d" + struct.pack(">d", 2.718281828)),
+        (b"decimal", b"D" + struct.pack(">Bi", 2, 12345)),
+        (b"longstr", b"S" + _longstr("héllo".encode())),
+        (b"binary", b"x" + _longstr(b"\x00\x01\xff")),
+        (b"timestamp", b"T" + struct.pack(">Q", 1_700_000_000)),
+        (b"void", b"V"),
+        (b"array", b"A" + _longstr(b"I" + struct.pack(">i", 1) + b"S" + _longstr(b"two") + b"t\x00")),
+        (b"table", b"F" + _table([(b"inner", b"S" + _longstr(b"value"))])),
+    ]
+)
 
 # All fourteen basic properties present (flags 0xFFFC), in protocol order.
-ALL_PROPERTIES = b"".join([
-    struct.pack(">H", 0xFFFC),
-    _shortstr(b"application/octet-stream"),  # content-type
-    _shortstr(b"identity"),  # content-encoding
-    HEADERS_TABLE,  # headers
-    b"\x02",  # delivery-mode
-    b"\x05",  # priority
-    _shortstr(b"corr-7"),  # correlation-id
-    _shortstr(b"reply-here"),  # reply-to
-    _shortstr(b"60000"),  # expiration
-    _shortstr(b"id-7"),  # message-id
-    struct.pack(">Q", 1_700_000_123),  # timestamp
-    _shortstr(b"kind"),  # type
-    _shortstr(b"guest"),  # user-id
-    _shortstr(b"app"),  # app-id
-    _shortstr(b"cluster"),  # cluster-id
-])
+ALL_PROPERTIES = b"".join(
+    [
+        struct.pack(">H", 0xFFFC),
+        _shortstr(b"application/octet-stream"),  # content-type
+        _shortstr(b"identity"),  # content-encoding
+        HEADERS_TABLE,  # headers
+        b"\x02",  # delivery-mode
+        b"\x05",  # priority
+        _shortstr(b"corr-7"),  # correlation-id
+        _shortstr(b"reply-here"),  # reply-to
+        _shortstr(b"60000"),  # expiration
+        _shortstr(b"id-7"),  # message-id
+        struct.pack(">Q", 1_700_000_123),  # timestamp
+        _shortstr(b"kind"),  # type
+        _shortstr(b"guest"),  # user-id
+        _shortstr(b"app"),  # app-id
+        _shortstr(b"cluster"),  # cluster-id
+    ]
+)
 
 
 def test_encoded_properties_are_delivered_byte_for_byte(broker: BrokerProcess) -> None:
@@ -135,8 +149,7 @@ def test_encoded_properties_are_delivered_byte_for_byte(broker: BrokerProcess) -
         raw.call(channel, commands.Basic.Get(queue=queue, no_ack=True), commands.Basic.GetOk)
         assert raw.expect_content(channel) == (ALL_PROPERTIES, b"first")
 
-        raw.call(channel, commands.Basic.Consume(queue=queue, consumer_tag="c", no_ack=True),
-                 commands.Basic.ConsumeOk)
+        raw.call(channel, commands.Basic.Consume(queue=queue, consumer_tag="c", no_ack=True), commands.Basic.ConsumeOk)
         raw.expect(channel, commands.Basic.Deliver)
         assert raw.expect_content(channel) == (ALL_PROPERTIES, b"second")
 
@@ -168,30 +181,34 @@ def test_get_reports_the_messages_left_and_numbers_deliveries(broker: BrokerProc
         publish_all(amqp.channel, queue, numbered("m", 3))
         messages = get_messages(amqp.channel, queue, 3)
         assert [(m.body, m.message_count, m.delivery_tag) for m in messages] == [
-            (b"m-1", 2, 1), (b"m-2", 1, 2), (b"m-3", 0, 3),
+            (b"m-1", 2, 1),
+            (b"m-2", 1, 2),
+            (b"m-3", 0, 3),
         ]
-        assert {(m.exchange, m.routing_key, m.redelivered) for m in messages} == {
-            ("", queue, False)
-        }
+        assert {(m.exchange, m.routing_key, m.redelivered) for m in messages} == {("", queue, False)}
 
 
 # --------------------------------------------------------------------------- mandatory
 
 
 @pytest.mark.parametrize("exchange", ["", "amq.direct"])
-def test_unroutable_mandatory_message_is_returned_with_no_route(
-    broker: BrokerProcess, exchange: str
-) -> None:
+def test_unroutable_mandatory_message_is_returned_with_no_route(broker: BrokerProcess, exchange: str) -> None:
     returned: list[tuple[int, str, str, str, bytes, str | None]] = []
     with open_session(broker.url) as amqp:
         amqp.channel.add_on_return_callback(
-            lambda _channel, method, properties, body: returned.append((
-                method.reply_code, method.reply_text, method.exchange, method.routing_key,
-                body, properties.message_id,
-            )))
+            lambda _channel, method, properties, body: returned.append(
+                (
+                    method.reply_code,
+                    method.reply_text,
+                    method.exchange,
+                    method.routing_key,
+                    body,
+                    properties.message_id,
+                )
+            )
+        )
         key = unique_name("nobody")
-        amqp.channel.basic_publish(exchange, key, b"bounce", BasicProperties(message_id="m-1"),
-                                   mandatory=True)
+        amqp.channel.basic_publish(exchange, key, b"bounce", BasicProperties(message_id="m-1"), mandatory=True)
         round_trip(amqp.channel)
         process_until(amqp.connection, lambda: bool(returned), "basic.return arrived")
         assert returned == [(312, "NO_ROUTE", exchange, key, b"bounce", "m-1")]
@@ -232,8 +249,9 @@ def test_consumer_receives_in_order_and_cancel_stops_deliveries(broker: BrokerPr
         deliveries = consumer.wait_for(5)
         assert consumer.bodies == numbered("m", 5)
         assert [d.delivery_tag for d in deliveries] == [1, 2, 3, 4, 5]
-        assert {(d.consumer_tag, d.redelivered, d.exchange, d.routing_key)
-                for d in deliveries} == {(consumer.tag, False, "", queue)}
+        assert {(d.consumer_tag, d.redelivered, d.exchange, d.routing_key) for d in deliveries} == {
+            (consumer.tag, False, "", queue)
+        }
 
         amqp.channel.basic_ack(5, multiple=True)
         consumer.cancel()
@@ -259,9 +277,11 @@ def test_consumers_of_one_queue_take_turns(broker: BrokerProcess) -> None:
         first = Consumer(amqp.connection.channel(), queue, auto_ack=True)
         second = Consumer(amqp.connection.channel(), queue, auto_ack=True)
         publish_all(amqp.channel, queue, numbered("m", 4))
-        process_until(amqp.connection,
-                      lambda: len(first.deliveries) + len(second.deliveries) == 4,
-                      "all four messages were delivered")
+        process_until(
+            amqp.connection,
+            lambda: len(first.deliveries) + len(second.deliveries) == 4,
+            "all four messages were delivered",
+        )
         assert (first.bodies, second.bodies) == ([b"m-1", b"m-3"], [b"m-2", b"m-4"])
 
 
@@ -271,20 +291,15 @@ def test_reusing_a_consumer_tag_on_a_channel_closes_the_connection(
     with open_session(broker.url) as amqp, RawClient(broker.port) as raw:
         queue = amqp.declare_queue()
         channel, other_channel = raw.open_channel(1), raw.open_channel(2)
-        raw.call(channel, commands.Basic.Consume(queue=queue, consumer_tag="dup"),
-                 commands.Basic.ConsumeOk)
+        raw.call(channel, commands.Basic.Consume(queue=queue, consumer_tag="dup"), commands.Basic.ConsumeOk)
         # The same tag on another channel is a different consumer.
-        raw.call(other_channel, commands.Basic.Consume(queue=queue, consumer_tag="dup"),
-                 commands.Basic.ConsumeOk)
+        raw.call(other_channel, commands.Basic.Consume(queue=queue, consumer_tag="dup"), commands.Basic.ConsumeOk)
         raw.send(channel, commands.Basic.Consume(queue=queue, consumer_tag="dup"))
         close = raw.expect(0, commands.Connection.Close)
-        assert (close.reply_code, close.reply_text) == (
-            530, "NOT_ALLOWED - attempt to reuse consumer tag 'dup'")
+        assert (close.reply_code, close.reply_text) == (530, "NOT_ALLOWED - attempt to reuse consumer tag 'dup'")
 
 
-@pytest.mark.parametrize(
-    ("first_exclusive", "second_exclusive"), [(False, True), (True, False), (True, True)]
-)
+@pytest.mark.parametrize(("first_exclusive", "second_exclusive"), [(False, True), (True, False), (True, True)])
 def test_exclusive_consumer_excludes_every_other_consumer(
     broker: BrokerProcess, first_exclusive: bool, second_exclusive: bool
 ) -> None:
@@ -299,8 +314,7 @@ def test_consume_nowait_sends_no_consume_ok(broker: BrokerProcess) -> None:
     with open_session(broker.url) as amqp, RawClient(broker.port) as raw:
         queue = amqp.declare_queue()
         channel = raw.open_channel()
-        raw.send(channel, commands.Basic.Consume(queue=queue, consumer_tag="quiet", no_ack=True,
-                                                 nowait=True))
+        raw.send(channel, commands.Basic.Consume(queue=queue, consumer_tag="quiet", no_ack=True, nowait=True))
         raw.publish(channel, b"hello", routing_key=queue)
         deliver = raw.expect(channel, commands.Basic.Deliver)
         assert deliver.consumer_tag == "quiet"
@@ -345,7 +359,8 @@ def test_cancel_leaves_unacked_messages_with_the_channel(broker: BrokerProcess) 
         round_trip(consuming)
         consuming.close()
         assert [(m.body, m.redelivered) for m in drain(amqp.channel, queue)] == [
-            (b"m-2", True), (b"m-3", True),
+            (b"m-2", True),
+            (b"m-3", True),
         ]
 
 
@@ -365,9 +380,7 @@ def test_ack_settles_only_the_acknowledged_message(broker: BrokerProcess) -> Non
 
 
 @pytest.mark.parametrize(("tag", "left"), [(2, [b"m-3"]), (0, [])])
-def test_multiple_ack_settles_everything_up_to_the_tag(
-    broker: BrokerProcess, tag: int, left: list[bytes]
-) -> None:
+def test_multiple_ack_settles_everything_up_to_the_tag(broker: BrokerProcess, tag: int, left: list[bytes]) -> None:
     # Tag 0 with multiple set means every outstanding delivery.
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue()
@@ -381,9 +394,7 @@ def test_multiple_ack_settles_everything_up_to_the_tag(
 
 
 @pytest.mark.parametrize("method", ["ack", "reject", "nack"])
-def test_settling_an_unknown_delivery_tag_is_precondition_failed(
-    broker: BrokerProcess, method: str
-) -> None:
+def test_settling_an_unknown_delivery_tag_is_precondition_failed(broker: BrokerProcess, method: str) -> None:
     with open_session(broker.url) as amqp:
         settle = {
             "ack": lambda: amqp.channel.basic_ack(99),
@@ -408,9 +419,7 @@ def test_acking_twice_is_precondition_failed(broker: BrokerProcess) -> None:
 
 
 @pytest.mark.parametrize("method", ["reject", "nack"])
-def test_requeued_message_comes_back_marked_redelivered(
-    broker: BrokerProcess, method: str
-) -> None:
+def test_requeued_message_comes_back_marked_redelivered(broker: BrokerProcess, method: str) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue()
         amqp.channel.basic_publish("", queue, b"again")
@@ -435,7 +444,11 @@ def test_requeued_messages_keep_their_order_ahead_of_new_ones(broker: BrokerProc
         amqp.channel.basic_reject(got[0].delivery_tag, requeue=True)
         amqp.channel.basic_nack(got[1].delivery_tag, requeue=True)
         assert [(m.body, m.redelivered) for m in drain(amqp.channel, queue)] == [
-            (b"m-1", True), (b"m-2", True), (b"m-3", True), (b"m-4", False), (b"m-5", False),
+            (b"m-1", True),
+            (b"m-2", True),
+            (b"m-3", True),
+            (b"m-4", False),
+            (b"m-5", False),
         ]
 
 
@@ -447,14 +460,14 @@ def test_nack_multiple_requeues_everything_up_to_the_tag(broker: BrokerProcess) 
         amqp.channel.basic_nack(got[1].delivery_tag, multiple=True, requeue=True)
         amqp.channel.basic_ack(got[2].delivery_tag)
         assert [(m.body, m.redelivered) for m in drain(amqp.channel, queue)] == [
-            (b"m-1", True), (b"m-2", True), (b"m-4", False),
+            (b"m-1", True),
+            (b"m-2", True),
+            (b"m-4", False),
         ]
 
 
 @pytest.mark.parametrize("method", ["reject", "nack"])
-def test_reject_and_nack_without_requeue_discard_the_message(
-    broker: BrokerProcess, method: str
-) -> None:
+def test_reject_and_nack_without_requeue_discard_the_message(broker: BrokerProcess, method: str) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue()
         publish_all(amqp.channel, queue, numbered("m", 2))
@@ -477,10 +490,12 @@ def test_unacked_messages_are_requeued_when_the_connection_closes(
         publish_all(amqp.channel, queue, numbered("m", 2))
         get_messages(doomed.channel, queue, 2)
         doomed.connection.close()
-        process_until(amqp.connection, lambda: message_count(amqp.channel, queue) == 2,
-                      "both messages are back in the queue")
+        process_until(
+            amqp.connection, lambda: message_count(amqp.channel, queue) == 2, "both messages are back in the queue"
+        )
         assert [(m.body, m.redelivered) for m in drain(amqp.channel, queue)] == [
-            (b"m-1", True), (b"m-2", True),
+            (b"m-1", True),
+            (b"m-2", True),
         ]
 
 
@@ -493,7 +508,9 @@ def test_recover_with_requeue_redelivers_unacked_messages(broker: BrokerProcess)
         amqp.channel.basic_recover(requeue=True)
         deliveries = consumer.wait_for(6)
         assert [(d.body, d.redelivered) for d in deliveries[3:]] == [
-            (b"m-1", True), (b"m-2", True), (b"m-3", True),
+            (b"m-1", True),
+            (b"m-2", True),
+            (b"m-3", True),
         ]
         # The old tags are gone; the new ones settle the messages.
         amqp.channel.basic_ack(deliveries[-1].delivery_tag, multiple=True)
@@ -502,9 +519,8 @@ def test_recover_with_requeue_redelivers_unacked_messages(broker: BrokerProcess)
 
 
 def test_recover_without_requeue_is_not_implemented(broker: BrokerProcess) -> None:
-    with open_session(broker.url) as amqp:
-        with closes_connection(540, "NOT_IMPLEMENTED - requeue=false"):
-            amqp.channel.basic_recover(requeue=False)
+    with open_session(broker.url) as amqp, closes_connection(540, "NOT_IMPLEMENTED - requeue=false"):
+        amqp.channel.basic_recover(requeue=False)
 
 
 # --------------------------------------------------------------------------- qos
@@ -539,8 +555,10 @@ def test_global_prefetch_is_shared_by_the_channel_s_consumers(
         consuming = amqp.connection.channel()
         consuming.basic_qos(prefetch_count=3, global_qos=global_qos)
         consumers = [Consumer(consuming, queue) for queue in queues]
-        process_until(amqp.connection,
-                      lambda: sum(len(c.deliveries) for c in consumers) >= delivered,
-                      f"{delivered} deliveries arrived")
+        process_until(
+            amqp.connection,
+            lambda: sum(len(c.deliveries) for c in consumers) >= delivered,
+            f"{delivered} deliveries arrived",
+        )
         process_for(amqp.connection)
         assert sum(len(c.deliveries) for c in consumers) == delivered

@@ -29,9 +29,7 @@ BUILT_IN_PLUGINS = {
 }
 
 
-def run_lavin(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 30
-) -> subprocess.CompletedProcess[str]:
+def run_lavin(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "lavin", *args],
         capture_output=True, text=True, timeout=timeout,
@@ -90,9 +88,7 @@ def test_plugins_listing_imports_no_plugin() -> None:
     assert [m for m in modules if m.startswith(plugin_modules)] == []
 
 
-def captured_config(
-    monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str]
-) -> Config:
+def captured_config(monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str]) -> Config:
     """Run `lavin serve ARGS` in-process with the server replaced; return its Config."""
     seen: list[Config] = []
     monkeypatch.setattr("lavin.server.serve", seen.append)
@@ -108,13 +104,10 @@ def write_ini(path: Path, text: str) -> Path:
     return path
 
 
-def test_precedence_cli_over_env_over_file_over_defaults(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_precedence_cli_over_env_over_file_over_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ini = write_ini(
         tmp_path / "lavin.ini",
-        "[main]\nlog_level = warn\nauth_backends = guest, ldap\n"
-        "[amqp]\nbind = 10.0.0.1\nport = 1111\nheartbeat = 5\n",
+        "[main]\nlog_level = warn\nauth_backends = guest, ldap\n[amqp]\nbind = 10.0.0.1\nport = 1111\nheartbeat = 5\n",
     )
     config = captured_config(
         monkeypatch,
@@ -205,9 +198,7 @@ def test_sigterm_closes_clients_with_320_and_exits_0(fresh_broker: BrokerProcess
 
 
 def test_second_broker_on_same_data_dir_fails(fresh_broker: BrokerProcess) -> None:
-    result = run_lavin(
-        "serve", "--data-dir", str(fresh_broker.data_dir), "--amqp-port", str(free_port())
-    )
+    result = run_lavin("serve", "--data-dir", str(fresh_broker.data_dir), "--amqp-port", str(free_port()))
     assert result.returncode != 0
     assert "in use by another broker" in result.stderr
     assert fresh_broker.running

@@ -64,11 +64,14 @@ def test_thousand_concurrent_publishes_are_confirmed_with_aio_pika(
             channel = await connection.channel(publisher_confirms=True)
             queue = await channel.declare_queue(unique_name("confirm"))
             try:
-                confirmations = await asyncio.gather(*(
-                    channel.default_exchange.publish(
-                        aio_pika.Message(f"m-{index}".encode()), routing_key=queue.name)
-                    for index in range(MANY)
-                ))
+                confirmations = await asyncio.gather(
+                    *(
+                        channel.default_exchange.publish(
+                            aio_pika.Message(f"m-{index}".encode()), routing_key=queue.name
+                        )
+                        for index in range(MANY)
+                    )
+                )
                 declared = await channel.declare_queue(queue.name, passive=True)
                 return list(confirmations), declared.declaration_result.message_count
             finally:
@@ -90,9 +93,13 @@ def test_unroutable_mandatory_message_is_returned_then_acked(broker: BrokerProce
         with pytest.raises(UnroutableError) as info:
             amqp.channel.basic_publish("amq.direct", key, b"bounce", mandatory=True)
         [returned] = info.value.messages
-        assert (returned.method.reply_code, returned.method.reply_text,
-                returned.method.exchange, returned.method.routing_key, returned.body) == (
-            312, "NO_ROUTE", "amq.direct", key, b"bounce")
+        assert (
+            returned.method.reply_code,
+            returned.method.reply_text,
+            returned.method.exchange,
+            returned.method.routing_key,
+            returned.body,
+        ) == (312, "NO_ROUTE", "amq.direct", key, b"bounce")
         # The channel carries on confirming.
         amqp.channel.basic_publish("", queue, b"after")
         assert message_count(amqp.channel, queue) == 1
@@ -105,8 +112,7 @@ def test_return_comes_before_the_ack_on_the_wire(broker: BrokerProcess) -> None:
         raw.call(channel, commands.Confirm.Select(), commands.Confirm.SelectOk)
         raw.publish(channel, b"bounce", exchange="amq.direct", routing_key=key, mandatory=True)
         returned = raw.expect(channel, commands.Basic.Return)
-        assert (returned.reply_code, returned.reply_text, returned.routing_key) == (
-            312, "NO_ROUTE", key)
+        assert (returned.reply_code, returned.reply_text, returned.routing_key) == (312, "NO_ROUTE", key)
         assert raw.expect_content(channel)[1] == b"bounce"
         ack = raw.expect(channel, commands.Basic.Ack)
         assert (ack.delivery_tag, ack.multiple) == (1, False)
@@ -123,8 +129,7 @@ def test_persistent_message_to_a_durable_queue_is_confirmed(broker: BrokerProces
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue(durable=True)
         amqp.channel.confirm_delivery()
-        amqp.channel.basic_publish(
-            "", queue, b"kept", pika.spec.BasicProperties(delivery_mode=2))
+        amqp.channel.basic_publish("", queue, b"kept", pika.spec.BasicProperties(delivery_mode=2))
         message = get_message(amqp.channel, queue, auto_ack=True)
         assert message is not None
         assert (message.body, message.properties.delivery_mode) == (b"kept", 2)

@@ -66,11 +66,7 @@ def test_client_connection_close_is_answered_with_close_ok(
     broker: BrokerProcess,
 ) -> None:
     with connect(broker.url, channels=(1,)) as conn:
-        conn.send(
-            commands.Connection.Close(
-                reply_code=200, reply_text="bye", class_id=0, method_id=0
-            )
-        )
+        conn.send(commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
         conn.expect(commands.Connection.CloseOk, channel=0)
         assert conn.read_until_eof() == b""
 
@@ -80,9 +76,7 @@ def test_client_channel_close_is_answered_and_the_id_can_be_reused(
 ) -> None:
     with connect(broker.url, channels=(1,)) as conn:
         conn.send(
-            commands.Channel.Close(
-                reply_code=200, reply_text="done", class_id=0, method_id=0
-            ),
+            commands.Channel.Close(reply_code=200, reply_text="done", class_id=0, method_id=0),
             1,
         )
         conn.expect(commands.Channel.CloseOk, channel=1)
@@ -139,9 +133,7 @@ def test_body_larger_than_frame_max_round_trips_with_aio_pika(
         async with connection:
             ch = await connection.channel()
             queue = await ch.declare_queue(exclusive=True)
-            await ch.default_exchange.publish(
-                aio_pika.Message(body), routing_key=queue.name
-            )
+            await ch.default_exchange.publish(aio_pika.Message(body), routing_key=queue.name)
             async with queue.iterator() as messages:
                 async for message in messages:
                     async with message.process():
@@ -162,9 +154,7 @@ def test_aio_pika_robust_connection_publish_consume_ack(broker: BrokerProcess) -
             await ch.set_qos(prefetch_count=3)
             queue = await ch.declare_queue(queue_name)
             for body in bodies:
-                await ch.default_exchange.publish(
-                    aio_pika.Message(body), routing_key=queue_name
-                )
+                await ch.default_exchange.publish(aio_pika.Message(body), routing_key=queue_name)
 
             received: list[bytes] = []
             async with queue.iterator() as messages:

@@ -114,8 +114,11 @@ def routes_of(amqp: Session, exchange: str, queues: Sequence[str], keys: Sequenc
     for key in keys:
         amqp.channel.basic_publish(exchange, key, key.encode())
     consumers = {queue: Consumer(amqp.channel, queue, auto_ack=True) for queue in queues}
-    process_until(amqp.connection, lambda: sum(len(c.deliveries) for c in consumers.values()) >= len(keys),
-                  f"{len(keys)} messages arrived")
+    process_until(
+        amqp.connection,
+        lambda: sum(len(c.deliveries) for c in consumers.values()) >= len(keys),
+        f"{len(keys)} messages arrived",
+    )
     for consumer in consumers.values():
         consumer.cancel()
     routes = {message.body.decode(): queue for queue, c in consumers.items() for message in c.deliveries}
@@ -185,8 +188,11 @@ def test_distribution_through_the_broker_passes_a_chi_squared_test(broker: Broke
         for key in KEYS:  # no confirms: the counts below tell when routing is done
             amqp.channel.basic_publish(front, key, b"")
         every_queue = [queue for names in queues.values() for queue in names]
-        wait_until(lambda: sum(message_count(amqp.channel, q) for q in every_queue) == KEY_COUNT * len(counts),
-                   "every message was routed", timeout=60)
+        wait_until(
+            lambda: sum(message_count(amqp.channel, q) for q in every_queue) == KEY_COUNT * len(counts),
+            "every message was routed",
+            timeout=60,
+        )
         for buckets in counts:
             statistic = chi_squared([message_count(amqp.channel, q) for q in queues[buckets]], [1] * buckets)
             assert statistic < CHI_SQUARED_P01[buckets - 1], (buckets, statistic)
@@ -215,16 +221,20 @@ def test_a_queue_added_at_the_end_of_the_order_takes_only_its_share(broker: Brok
         assert routes_of(amqp, exchange, queues, keys) == before
 
 
-def hashed_groups(amqp: Session, exchange: str, queues: Sequence[str],
-                  properties: Sequence[BasicProperties]) -> list[set[str]]:
+def hashed_groups(
+    amqp: Session, exchange: str, queues: Sequence[str], properties: Sequence[BasicProperties]
+) -> list[set[str]]:
     """Publish each properties object twice, with different routing keys; return the
     queues each pair reached."""
     for index, props in enumerate(properties):
         for copy in ("a", "b"):
             amqp.channel.basic_publish(exchange, f"{copy}-{index}", str(index).encode(), props)
     consumers = {queue: Consumer(amqp.channel, queue, auto_ack=True) for queue in queues}
-    process_until(amqp.connection, lambda: sum(len(c.deliveries) for c in consumers.values()) >= 2 * len(properties),
-                  "every message arrived")
+    process_until(
+        amqp.connection,
+        lambda: sum(len(c.deliveries) for c in consumers.values()) >= 2 * len(properties),
+        "every message arrived",
+    )
     reached: dict[bytes, set[str]] = {}
     for queue, consumer in consumers.items():
         consumer.cancel()
@@ -283,7 +293,7 @@ def test_routing_survives_a_restart_whatever_the_binding_order(fresh_broker: Bro
 
 # The Python examples of RabbitMQ's consistent-hash exchange README, verbatim.
 RABBITMQ_EXAMPLES = {
-    "routing-key": '''\
+    "routing-key": """\
 #!/usr/bin/env python
 import pika
 import time
@@ -307,8 +317,8 @@ print("Waiting for routing to finish...")
 time.sleep(5)
 print("Done.")
 conn.close()
-''',
-    "hash-header": '''\
+""",
+    "hash-header": """\
 #!/usr/bin/env python
 import pika
 import time
@@ -342,8 +352,8 @@ print('Waiting for routing to finish...')
 time.sleep(5)
 print('Done.')
 conn.close()
-''',
-    "hash-property": '''\
+""",
+    "hash-property": """\
 #!/usr/bin/env python
 import pika
 import time
@@ -376,7 +386,7 @@ print('Waiting for routing to finish...')
 time.sleep(5)
 print('Done.')
 conn.close()
-''',
+""",
 }
 DEFAULT_PARAMETERS = "pika.ConnectionParameters(host='localhost')"
 

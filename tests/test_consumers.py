@@ -31,8 +31,7 @@ pytestmark = pytest.mark.timeout(60)
 SINGLE_ACTIVE = {"x-single-active-consumer": True}
 
 
-def priority_consumer(connection: BlockingConnection, queue: str, priority: int | None,
-                      prefetch: int = 0) -> Consumer:
+def priority_consumer(connection: BlockingConnection, queue: str, priority: int | None, prefetch: int = 0) -> Consumer:
     """A consumer on its own channel, so each has its own prefetch window."""
     channel = connection.channel()
     channel.basic_qos(prefetch_count=prefetch)
@@ -40,10 +39,8 @@ def priority_consumer(connection: BlockingConnection, queue: str, priority: int 
     return Consumer(channel, queue, arguments=arguments)
 
 
-def wait_for_all(connection: BlockingConnection, consumers: list[Consumer], count: int
-                 ) -> None:
-    process_until(connection, lambda: sum(len(c.deliveries) for c in consumers) >= count,
-                  f"{count} deliveries arrived")
+def wait_for_all(connection: BlockingConnection, consumers: list[Consumer], count: int) -> None:
+    process_until(connection, lambda: sum(len(c.deliveries) for c in consumers) >= count, f"{count} deliveries arrived")
     process_for(connection)
 
 
@@ -73,8 +70,7 @@ def test_consumers_are_served_by_priority_as_higher_ones_fill_up(
         positive = priority_consumer(amqp.connection, queue, 5, prefetch=1)
         publish_all(amqp.channel, queue, numbered("m", 3))
         wait_for_all(amqp.connection, [negative, default, positive], 3)
-        assert (positive.bodies, default.bodies, negative.bodies) == (
-            [b"m-1"], [b"m-2"], [b"m-3"])
+        assert (positive.bodies, default.bodies, negative.bodies) == ([b"m-1"], [b"m-2"], [b"m-3"])
 
 
 def test_lower_priority_consumer_gets_messages_only_while_the_higher_is_blocked(
@@ -125,9 +121,7 @@ def test_single_active_consumer_gets_every_message(broker: BrokerProcess) -> Non
 
 
 @pytest.mark.parametrize("leaves_by", ["connection-close", "cancel"])
-def test_next_consumer_takes_over_when_the_active_one_leaves(
-    broker: BrokerProcess, leaves_by: str
-) -> None:
+def test_next_consumer_takes_over_when_the_active_one_leaves(broker: BrokerProcess, leaves_by: str) -> None:
     with open_session(broker.url) as amqp, open_session(broker.url) as leaving:
         queue = amqp.declare_queue(arguments=SINGLE_ACTIVE)
         leaving.channel.basic_qos(prefetch_count=2)
@@ -159,8 +153,7 @@ def test_next_consumer_takes_over_when_the_active_one_leaves(
 def test_cancel_on_ha_failover_is_accepted(broker: BrokerProcess) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue()
-        consumer = Consumer(amqp.channel, queue, auto_ack=True,
-                            arguments={"x-cancel-on-ha-failover": True})
+        consumer = Consumer(amqp.channel, queue, auto_ack=True, arguments={"x-cancel-on-ha-failover": True})
         amqp.channel.basic_publish("", queue, b"m")
         assert [d.body for d in consumer.wait_for(1)] == [b"m"]
 
@@ -169,8 +162,7 @@ def test_cancel_on_ha_failover_is_accepted(broker: BrokerProcess) -> None:
     ("arguments", "arg", "error"),
     [
         ({"x-priority": "high"}, "x-priority", NOT_AN_INTEGER),
-        ({"x-cancel-on-ha-failover": "yes"}, "x-cancel-on-ha-failover",
-         unacceptable_type("longstr")),
+        ({"x-cancel-on-ha-failover": "yes"}, "x-cancel-on-ha-failover", unacceptable_type("longstr")),
     ],
 )
 def test_invalid_consume_arguments_are_precondition_failed(
@@ -188,8 +180,7 @@ def test_invalid_single_active_consumer_flag_is_precondition_failed(
 ) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.track_queue(unique_name("sac"))
-        with closes_channel(406, invalid_arg_text(
-                "x-single-active-consumer", queue, unacceptable_type("longstr"))):
+        with closes_channel(406, invalid_arg_text("x-single-active-consumer", queue, unacceptable_type("longstr"))):
             amqp.channel.queue_declare(queue, arguments={"x-single-active-consumer": "yes"})
         assert not exists(amqp.connection, "queue", queue)
 
@@ -223,5 +214,4 @@ def test_auto_delete_queue_goes_only_after_its_last_consumer(broker: BrokerProce
         consumers[0].cancel()
         assert exists(amqp.connection, "queue", queue)
         consumers[1].cancel()
-        wait_until(lambda: not exists(amqp.connection, "queue", queue),
-                   f"auto-delete queue {queue!r} is deleted")
+        wait_until(lambda: not exists(amqp.connection, "queue", queue), f"auto-delete queue {queue!r} is deleted")

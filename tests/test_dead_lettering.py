@@ -58,24 +58,36 @@ def death_summary(message: Message) -> list[tuple[str, str, int]]:
 # --------------------------------------------------------------------------- what is recorded
 
 
-@pytest.mark.parametrize(
-    "trigger", ["reject", "nack", "message-ttl", "queue-ttl", "max-length"])
-def test_dead_lettered_copy_carries_exact_death_headers(
-    broker: BrokerProcess, trigger: str
-) -> None:
-    reason = {"reject": "rejected", "nack": "rejected", "message-ttl": "expired",
-              "queue-ttl": "expired", "max-length": "maxlen"}[trigger]
+@pytest.mark.parametrize("trigger", ["reject", "nack", "message-ttl", "queue-ttl", "max-length"])
+def test_dead_lettered_copy_carries_exact_death_headers(broker: BrokerProcess, trigger: str) -> None:
+    reason = {
+        "reject": "rejected",
+        "nack": "rejected",
+        "message-ttl": "expired",
+        "queue-ttl": "expired",
+        "max-length": "maxlen",
+    }[trigger]
     extra: dict[str, Any] = {
-        "queue-ttl": {"x-message-ttl": SHORT_TTL_MS}, "max-length": {"x-max-length": 1},
+        "queue-ttl": {"x-message-ttl": SHORT_TTL_MS},
+        "max-length": {"x-max-length": 1},
     }.get(trigger, {})
     expiration = str(SHORT_TTL_MS) if trigger == "message-ttl" else None
     with open_session(broker.url) as amqp:
         target = dead_letter_target(amqp)
         queue = amqp.declare_queue(arguments=target.arguments("dead", **extra))
         since = utc_now()
-        amqp.channel.basic_publish("", queue, b"payload", BasicProperties(
-            content_type="text/plain", message_id="id-1", delivery_mode=2,
-            headers={"app": "kept"}, expiration=expiration))
+        amqp.channel.basic_publish(
+            "",
+            queue,
+            b"payload",
+            BasicProperties(
+                content_type="text/plain",
+                message_id="id-1",
+                delivery_mode=2,
+                headers={"app": "kept"},
+                expiration=expiration,
+            ),
+        )
         if trigger in ("reject", "nack"):
             [message] = get_messages(amqp.channel, queue, 1)
             if trigger == "reject":
@@ -87,16 +99,17 @@ def test_dead_lettered_copy_carries_exact_death_headers(
 
         dead = wait_for_message(amqp.channel, target.queue)
         assert (dead.body, dead.exchange, dead.routing_key, dead.redelivered) == (
-            b"payload", target.exchange, "dead", False)
+            b"payload",
+            target.exchange,
+            "dead",
+            False,
+        )
         props = dead.properties
-        assert (props.content_type, props.message_id, props.delivery_mode) == (
-            "text/plain", "id-1", 2)
+        assert (props.content_type, props.message_id, props.delivery_mode) == ("text/plain", "id-1", 2)
         # The expiration is removed so the copy does not expire again; the entry keeps it.
         assert props.expiration is None
-        assert deaths_without_time(dead, since) == [
-            death(queue, reason, original_expiration=expiration)]
-        assert headers_without_x_death(dead) == {
-            "app": "kept", **first_and_last_death((queue, reason, ""))}
+        assert deaths_without_time(dead, since) == [death(queue, reason, original_expiration=expiration)]
+        assert headers_without_x_death(dead) == {"app": "kept", **first_and_last_death((queue, reason, ""))}
 
 
 def test_nack_multiple_dead_letters_in_order(broker: BrokerProcess) -> None:
@@ -127,8 +140,7 @@ def test_cc_keys_are_recorded_and_route_unless_a_routing_key_is_set(
             arguments["x-dead-letter-routing-key"] = dead_letter_routing_key
         queue = amqp.declare_queue(arguments=arguments)
         amqp.channel.queue_bind(queue, source, "k1")
-        amqp.channel.basic_publish(source, "k1", b"copied", BasicProperties(
-            headers={"CC": ["k2"], "BCC": ["k3"]}))
+        amqp.channel.basic_publish(source, "k1", b"copied", BasicProperties(headers={"CC": ["k2"], "BCC": ["k3"]}))
         [message] = get_messages(amqp.channel, queue, 1)
         amqp.channel.basic_reject(message.delivery_tag, requeue=False)
 
@@ -142,8 +154,7 @@ def test_cc_keys_are_recorded_and_route_unless_a_routing_key_is_set(
             assert [entry["routing-keys"] for entry in x_death(dead)] == [["k1", "k2"]]
             assert x_death(dead)[0]["exchange"] == source
             headers = headers_without_x_death(dead)
-            assert ("CC" in headers, "BCC" in headers) == (
-                dead_letter_routing_key is None, False)
+            assert ("CC" in headers, "BCC" in headers) == (dead_letter_routing_key is None, False)
         round_trip(amqp.channel)
         for key in {"k1", "k2", "k3", "dead"} - set(routed):
             assert message_count(amqp.channel, by_key[key]) == 0
@@ -156,8 +167,9 @@ def test_same_queue_and_reason_again_increments_count_and_moves_to_the_front(
         first = amqp.track_queue(unique_name("ping"))
         second = amqp.track_queue(unique_name("pong"))
         for name, other in ((first, second), (second, first)):
-            amqp.channel.queue_declare(name, arguments={
-                "x-dead-letter-exchange": "", "x-dead-letter-routing-key": other})
+            amqp.channel.queue_declare(
+                name, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": other}
+            )
         since = utc_now()
         amqp.channel.basic_publish("", first, b"bounce")
 
@@ -176,8 +188,7 @@ def test_same_queue_and_reason_again_increments_count_and_moves_to_the_front(
             death(first, "rejected", count=2),
             death(second, "rejected", routing_keys=[second]),
         ]
-        assert headers_without_x_death(at_second_again) == first_and_last_death(
-            (first, "rejected", ""))
+        assert headers_without_x_death(at_second_again) == first_and_last_death((first, "rejected", ""))
 
 
 # --------------------------------------------------------------------------- cycles
@@ -188,15 +199,17 @@ def test_queue_dead_lettering_to_itself_by_expiry_drops_the_message(
 ) -> None:
     with open_session(broker.url) as amqp:
         target = dead_letter_target(amqp)  # a fanout exchange with a spy queue
-        queue = amqp.declare_queue(
-            arguments=target.arguments(**{"x-message-ttl": SHORT_TTL_MS}))
+        queue = amqp.declare_queue(arguments=target.arguments(**{"x-message-ttl": SHORT_TTL_MS}))
         amqp.channel.queue_bind(queue, target.exchange)
         amqp.channel.basic_publish("", queue, b"loop")
         # The expired message is routed back to its own queue, which is skipped; the spy
         # outside the cycle gets its copy.
         wait_for_count(amqp.channel, target.queue, 1)
-        holds_for(lambda: [message_count(amqp.channel, q) for q in (queue, target.queue)]
-                  == [0, 1], CYCLE_WATCH, f"queue {queue!r} stays empty")
+        holds_for(
+            lambda: [message_count(amqp.channel, q) for q in (queue, target.queue)] == [0, 1],
+            CYCLE_WATCH,
+            f"queue {queue!r} stays empty",
+        )
 
 
 def test_expiry_cycle_between_two_queues_is_dropped(broker: BrokerProcess) -> None:
@@ -206,9 +219,13 @@ def test_expiry_cycle_between_two_queues_is_dropped(broker: BrokerProcess) -> No
         spy = amqp.declare_queue("spy")
         queues = {}
         for name, next_key in (("to-a", "to-b"), ("to-b", "to-a")):
-            queues[name] = amqp.declare_queue(arguments={
-                "x-message-ttl": SHORT_TTL_MS, "x-dead-letter-exchange": dlx,
-                "x-dead-letter-routing-key": next_key})
+            queues[name] = amqp.declare_queue(
+                arguments={
+                    "x-message-ttl": SHORT_TTL_MS,
+                    "x-dead-letter-exchange": dlx,
+                    "x-dead-letter-routing-key": next_key,
+                }
+            )
             amqp.channel.queue_bind(queues[name], dlx, name)
             amqp.channel.queue_bind(spy, dlx, name)
         a, b = queues["to-a"], queues["to-b"]
@@ -217,8 +234,11 @@ def test_expiry_cycle_between_two_queues_is_dropped(broker: BrokerProcess) -> No
         # A expires it to B; B expires it towards A, which would close the cycle: A is
         # skipped, the spy still gets its copy, and then nothing moves any more.
         wait_for_count(amqp.channel, spy, 2)
-        holds_for(lambda: [message_count(amqp.channel, q) for q in (a, b, spy)] == [0, 0, 2],
-                  CYCLE_WATCH, "the cycle stopped after one round")
+        holds_for(
+            lambda: [message_count(amqp.channel, q) for q in (a, b, spy)] == [0, 0, 2],
+            CYCLE_WATCH,
+            "the cycle stopped after one round",
+        )
         copies = drain(amqp.channel, spy)
         assert [death_summary(copy) for copy in copies] == [
             [(a, "expired", 1)],
@@ -230,11 +250,17 @@ def test_cycle_with_a_rejection_in_it_is_allowed(broker: BrokerProcess) -> None:
     with open_session(broker.url) as amqp:
         rejecting = amqp.track_queue(unique_name("rejecting"))
         expiring = amqp.track_queue(unique_name("expiring"))
-        amqp.channel.queue_declare(rejecting, arguments={
-            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": expiring})
-        amqp.channel.queue_declare(expiring, arguments={
-            "x-message-ttl": SHORT_TTL_MS, "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": rejecting})
+        amqp.channel.queue_declare(
+            rejecting, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": expiring}
+        )
+        amqp.channel.queue_declare(
+            expiring,
+            arguments={
+                "x-message-ttl": SHORT_TTL_MS,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": rejecting,
+            },
+        )
         since = utc_now()
         amqp.channel.basic_publish("", rejecting, b"again")
 
@@ -250,7 +276,8 @@ def test_cycle_with_a_rejection_in_it_is_allowed(broker: BrokerProcess) -> None:
             death(rejecting, "rejected", count=2),
         ]
         assert headers_without_x_death(back_again) == first_and_last_death(
-            (rejecting, "rejected", ""), (expiring, "expired", ""))
+            (rejecting, "rejected", ""), (expiring, "expired", "")
+        )
 
 
 # --------------------------------------------------------------------------- targets
@@ -263,8 +290,7 @@ def test_publishes_are_confirmed_whether_or_not_the_dead_letter_exchange_exists(
     with open_session(broker.url) as amqp:
         target = dead_letter_target(amqp)
         dlx = target.exchange if exchange_exists else unique_name("missing-dlx")
-        queue = amqp.declare_queue(arguments={
-            "x-dead-letter-exchange": dlx, "x-max-length": 1})
+        queue = amqp.declare_queue(arguments={"x-dead-letter-exchange": dlx, "x-max-length": 1})
         confirming = amqp.connection.channel()
         confirming.confirm_delivery()
         # pika raises NackError on a nack; both publishes must be acked.
@@ -287,7 +313,8 @@ def test_dead_letter_routing_key_without_exchange_is_precondition_failed(
 ) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.track_queue(unique_name("q"))
-        with closes_channel(406, invalid_arg_text(
-                "x-dead-letter-routing-key", queue, "routing_key_but_no_dlx_defined")):
+        with closes_channel(
+            406, invalid_arg_text("x-dead-letter-routing-key", queue, "routing_key_but_no_dlx_defined")
+        ):
             amqp.channel.queue_declare(queue, arguments={"x-dead-letter-routing-key": "rk"})
         assert not exists(amqp.connection, "queue", queue)

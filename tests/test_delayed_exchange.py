@@ -34,12 +34,14 @@ def delayed_exchange(amqp: Session, inner: str = "direct", **options: Any) -> st
     return amqp.declare_exchange(DELAYED, prefix="delayed", arguments={"x-delayed-type": inner}, **options)
 
 
-def publish_delayed(channel: BlockingChannel, exchange: str, routing_key: str, body: str, delay: Any,
-                    **properties: Any) -> float:
+def publish_delayed(
+    channel: BlockingChannel, exchange: str, routing_key: str, body: str, delay: Any, **properties: Any
+) -> float:
     """Publish with an `x-delay` header; return when, on the monotonic clock."""
     sent = time.monotonic()
-    channel.basic_publish(exchange, routing_key, body.encode(),
-                          BasicProperties(headers={"x-delay": delay}, **properties))
+    channel.basic_publish(
+        exchange, routing_key, body.encode(), BasicProperties(headers={"x-delay": delay}, **properties)
+    )
     return sent
 
 
@@ -108,8 +110,9 @@ def test_bcc_keys_are_kept_while_held_and_removed_on_release(broker: BrokerProce
         main, blind = amqp.declare_queue("main"), amqp.declare_queue("blind")
         amqp.channel.queue_bind(main, exchange, "main")
         amqp.channel.queue_bind(blind, exchange, "blind")
-        amqp.channel.basic_publish(exchange, "main", b"memo", BasicProperties(
-            headers={"x-delay": 200, "BCC": ["blind"]}))
+        amqp.channel.basic_publish(
+            exchange, "main", b"memo", BasicProperties(headers={"x-delay": 200, "BCC": ["blind"]})
+        )
         consumers = [Consumer(amqp.channel, queue, auto_ack=True) for queue in (main, blind)]
         for consumer in consumers:
             [delivered] = consumer.wait_for(1)
@@ -137,8 +140,7 @@ def test_a_held_message_is_confirmed_at_once_and_never_returned(broker: BrokerPr
         amqp.channel.confirm_delivery()
         sent = time.monotonic()
         # pika raises UnroutableError if a mandatory publish comes back.
-        amqp.channel.basic_publish(exchange, "k", b"held", BasicProperties(headers={"x-delay": 2000}),
-                                   mandatory=True)
+        amqp.channel.basic_publish(exchange, "k", b"held", BasicProperties(headers={"x-delay": 2000}), mandatory=True)
         assert time.monotonic() - sent < 1.0
 
 

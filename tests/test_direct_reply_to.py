@@ -38,7 +38,9 @@ def test_rpc_round_trip_through_the_pseudo_queue(broker: BrokerProcess) -> None:
         assert request is not None
         assert request.properties.reply_to.startswith(REPLY_TO + "."), request.properties.reply_to
         server.channel.basic_publish(
-            "", request.properties.reply_to, b"pong:" + request.body,
+            "",
+            request.properties.reply_to,
+            b"pong:" + request.body,
             pika.BasicProperties(correlation_id=request.properties.correlation_id),
         )
         process_until(client.connection, lambda: bool(replies), "the reply arrives")
@@ -46,16 +48,20 @@ def test_rpc_round_trip_through_the_pseudo_queue(broker: BrokerProcess) -> None:
 
 
 def test_publishing_with_the_pseudo_queue_needs_a_reply_consumer(broker: BrokerProcess) -> None:
-    with open_session(broker.url) as session:
-        with closes_channel(406, "PRECONDITION_FAILED - fast reply consumer does not exist"):
-            session.channel.basic_publish("", "anything", b"x", pika.BasicProperties(reply_to=REPLY_TO))
-            round_trip(session.channel)
+    with (
+        open_session(broker.url) as session,
+        closes_channel(406, "PRECONDITION_FAILED - fast reply consumer does not exist"),
+    ):
+        session.channel.basic_publish("", "anything", b"x", pika.BasicProperties(reply_to=REPLY_TO))
+        round_trip(session.channel)
 
 
 def test_reply_consumer_must_not_ack(broker: BrokerProcess) -> None:
-    with open_session(broker.url) as session:
-        with closes_channel(406, "PRECONDITION_FAILED - reply consumer cannot acknowledge"):
-            session.channel.basic_consume(REPLY_TO, lambda *args: None, auto_ack=False)
+    with (
+        open_session(broker.url) as session,
+        closes_channel(406, "PRECONDITION_FAILED - reply consumer cannot acknowledge"),
+    ):
+        session.channel.basic_consume(REPLY_TO, lambda *args: None, auto_ack=False)
 
 
 def test_reply_to_a_vanished_channel_is_returned_when_mandatory(broker: BrokerProcess) -> None:

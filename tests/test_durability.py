@@ -82,9 +82,7 @@ def drain(channel: BlockingChannel, queue: str) -> list[bytes]:
         bodies.append(body)
 
 
-def assert_not_found(
-    broker: BrokerProcess, declare: Callable[[BlockingChannel], object], text: str
-) -> None:
+def assert_not_found(broker: BrokerProcess, declare: Callable[[BlockingChannel], object], text: str) -> None:
     with (
         opened(broker) as channel,
         pytest.raises(pika.exceptions.ChannelClosedByBroker) as info,
@@ -99,9 +97,7 @@ def numbered(count: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize("restart", RESTARTS)
-def test_durable_topology_survives(
-    fresh_broker: BrokerProcess, restart: Restart
-) -> None:
+def test_durable_topology_survives(fresh_broker: BrokerProcess, restart: Restart) -> None:
     with opened(fresh_broker) as channel:
         channel.exchange_declare("orders", exchange_type="topic", durable=True)
         channel.exchange_declare("audit", exchange_type="fanout", durable=True)
@@ -153,9 +149,7 @@ def test_confirmed_persistent_message_survives_a_crash_byte_exact(
     restart_after_crash(fresh_broker)
 
     with opened(fresh_broker) as channel:
-        method, received_properties, received_body = channel.basic_get(
-            "precious", auto_ack=True
-        )
+        method, received_properties, received_body = channel.basic_get("precious", auto_ack=True)
     assert method is not None, "the confirmed persistent message was lost"
     assert received_body == body
     for name in (
@@ -200,9 +194,7 @@ def test_transient_messages_in_a_durable_queue_are_dropped_on_restart(
             (b"p1", PERSISTENT),
             (b"t2", TRANSIENT),
         ]:
-            channel.basic_publish(
-                "", "mixed", body, properties=properties, mandatory=True
-            )
+            channel.basic_publish("", "mixed", body, properties=properties, mandatory=True)
 
     restart_gracefully(fresh_broker)
 
@@ -215,9 +207,7 @@ def test_transient_messages_in_a_durable_queue_are_dropped_on_restart(
     "declare_flags",
     [
         pytest.param({"durable": False}, id="non-durable"),
-        pytest.param(
-            {"durable": False, "auto_delete": True}, id="non-durable-auto-delete"
-        ),
+        pytest.param({"durable": False, "auto_delete": True}, id="non-durable-auto-delete"),
         pytest.param({"durable": True, "exclusive": True}, id="durable-exclusive"),
     ],
 )
@@ -241,9 +231,7 @@ def test_temporary_queues_are_not_recovered(
 
 
 @pytest.mark.parametrize("restart", RESTARTS)
-def test_non_durable_exchange_is_not_recovered(
-    fresh_broker: BrokerProcess, restart: Restart
-) -> None:
+def test_non_durable_exchange_is_not_recovered(fresh_broker: BrokerProcess, restart: Restart) -> None:
     with opened(fresh_broker) as channel:
         channel.exchange_declare("fleeting", exchange_type="direct", durable=False)
         channel.exchange_declare("lasting", exchange_type="direct", durable=True)
@@ -301,11 +289,7 @@ def test_acked_messages_do_not_come_back(fresh_broker: BrokerProcess) -> None:
 def segment_files(data_dir: Path) -> list[Path]:
     """Message segment files (msgs.<number>), oldest first."""
     return sorted(
-        (
-            path
-            for path in data_dir.rglob("msgs.*")
-            if path.is_file() and path.suffix[1:].isdigit()
-        ),
+        (path for path in data_dir.rglob("msgs.*") if path.is_file() and path.suffix[1:].isdigit()),
         key=lambda path: (path.parent, int(path.suffix[1:])),
     )
 
@@ -328,11 +312,7 @@ def test_garbage_after_the_last_record_is_survived_with_a_warning(
     fresh_broker.start()
 
     new_log = fresh_broker.output[log_before_start:]
-    warnings = [
-        line for line in new_log.splitlines() if re.search(r"warn", line, re.IGNORECASE)
-    ]
-    assert warnings, (
-        f"no warning logged on start-up after a torn segment tail:\n{new_log}"
-    )
+    warnings = [line for line in new_log.splitlines() if re.search(r"warn", line, re.IGNORECASE)]
+    assert warnings, f"no warning logged on start-up after a torn segment tail:\n{new_log}"
     with opened(fresh_broker) as channel:
         assert drain(channel, "torn") == bodies

@@ -40,8 +40,13 @@ def test_declare_each_builtin_type(broker: BrokerProcess, exchange_type: str) ->
 
 @pytest.mark.parametrize(
     ("name", "exchange_type"),
-    [("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
-     ("amq.headers", "headers"), ("amq.match", "headers")],
+    [
+        ("amq.direct", "direct"),
+        ("amq.fanout", "fanout"),
+        ("amq.topic", "topic"),
+        ("amq.headers", "headers"),
+        ("amq.match", "headers"),
+    ],
 )
 def test_predeclared_exchanges_exist_and_accept_equivalent_redeclare(
     broker: BrokerProcess, name: str, exchange_type: str
@@ -79,14 +84,14 @@ def test_passive_declare_of_missing_exchange_is_not_found(broker: BrokerProcess)
 @pytest.mark.parametrize(
     ("first", "second", "arg", "received", "current"),
     [
-        pytest.param({"exchange_type": "direct"}, {"exchange_type": "fanout"},
-                     "type", "'fanout'", "'direct'", id="type"),
-        pytest.param({"durable": False}, {"durable": True},
-                     "durable", "'true'", "'false'", id="durable"),
-        pytest.param({"auto_delete": False}, {"auto_delete": True},
-                     "auto_delete", "'true'", "'false'", id="auto_delete"),
-        pytest.param({"internal": False}, {"internal": True},
-                     "internal", "'true'", "'false'", id="internal"),
+        pytest.param(
+            {"exchange_type": "direct"}, {"exchange_type": "fanout"}, "type", "'fanout'", "'direct'", id="type"
+        ),
+        pytest.param({"durable": False}, {"durable": True}, "durable", "'true'", "'false'", id="durable"),
+        pytest.param(
+            {"auto_delete": False}, {"auto_delete": True}, "auto_delete", "'true'", "'false'", id="auto_delete"
+        ),
+        pytest.param({"internal": False}, {"internal": True}, "internal", "'true'", "'false'", id="internal"),
         pytest.param(
             {"arguments": {"alternate-exchange": "ae-one"}},
             {"arguments": {"alternate-exchange": "ae-two"}},
@@ -96,15 +101,22 @@ def test_passive_declare_of_missing_exchange_is_not_found(broker: BrokerProcess)
             id="alternate-exchange-changed",
         ),
         pytest.param(
-            {}, {"arguments": {"alternate-exchange": "ae-two"}},
-            "alternate-exchange", "the value 'ae-two' of type 'longstr'", "none",
+            {},
+            {"arguments": {"alternate-exchange": "ae-two"}},
+            "alternate-exchange",
+            "the value 'ae-two' of type 'longstr'",
+            "none",
             id="alternate-exchange-added",
         ),
     ],
 )
 def test_redeclare_with_different_property_is_precondition_failed(
-    broker: BrokerProcess, first: dict[str, Any], second: dict[str, Any], arg: str,
-    received: str, current: str,
+    broker: BrokerProcess,
+    first: dict[str, Any],
+    second: dict[str, Any],
+    arg: str,
+    received: str,
+    current: str,
 ) -> None:
     with open_session(broker.url) as amqp:
         name = amqp.declare_exchange(**{"exchange_type": "direct", **first})
@@ -127,8 +139,7 @@ def test_redeclare_ignores_arguments_other_than_alternate_exchange(
 def test_passive_declare_ignores_type_and_flags(broker: BrokerProcess) -> None:
     with open_session(broker.url) as amqp:
         name = amqp.declare_exchange("direct")
-        amqp.channel.exchange_declare(
-            name, "fanout", passive=True, durable=True, auto_delete=True, internal=True)
+        amqp.channel.exchange_declare(name, "fanout", passive=True, durable=True, auto_delete=True, internal=True)
         assert amqp.channel.is_open
 
 
@@ -136,17 +147,14 @@ def test_reserved_amq_prefix_is_access_refused(broker: BrokerProcess) -> None:
     name = f"amq.{unique_name('x')}"
     with open_session(broker.url) as amqp:
         amqp.track_exchange(name)
-        with closes_channel(
-            403, f"ACCESS_REFUSED - exchange name '{name}' contains reserved prefix 'amq.*'"
-        ):
+        with closes_channel(403, f"ACCESS_REFUSED - exchange name '{name}' contains reserved prefix 'amq.*'"):
             amqp.channel.exchange_declare(name, "direct")
         assert not exists(amqp.connection, "exchange", name)
 
 
 def test_declaring_the_default_exchange_is_access_refused(broker: BrokerProcess) -> None:
-    with open_session(broker.url) as amqp:
-        with closes_channel(403, DEFAULT_EXCHANGE_REFUSED):
-            amqp.channel.exchange_declare("", "direct")
+    with open_session(broker.url) as amqp, closes_channel(403, DEFAULT_EXCHANGE_REFUSED):
+        amqp.channel.exchange_declare("", "direct")
 
 
 def test_delete_if_unused_refuses_a_bound_exchange(broker: BrokerProcess) -> None:
@@ -184,17 +192,14 @@ def test_delete_of_missing_exchange_succeeds(broker: BrokerProcess) -> None:
 
 
 def test_deleting_the_default_exchange_is_access_refused(broker: BrokerProcess) -> None:
-    with open_session(broker.url) as amqp:
-        with closes_channel(403, DEFAULT_EXCHANGE_REFUSED):
-            amqp.channel.exchange_delete("")
+    with open_session(broker.url) as amqp, closes_channel(403, DEFAULT_EXCHANGE_REFUSED):
+        amqp.channel.exchange_delete("")
 
 
 @pytest.mark.parametrize("name", ["amq.direct", "amq.topic"])
 def test_deleting_an_amq_exchange_is_access_refused(broker: BrokerProcess, name: str) -> None:
     with open_session(broker.url) as amqp:
-        with closes_channel(
-            403, f"ACCESS_REFUSED - deletion of system {resource('exchange', name)} not allowed"
-        ):
+        with closes_channel(403, f"ACCESS_REFUSED - deletion of system {resource('exchange', name)} not allowed"):
             amqp.channel.exchange_delete(name)
         assert exists(amqp.connection, "exchange", name)
 
@@ -229,9 +234,7 @@ def test_auto_delete_exchange_goes_when_its_only_bound_queue_is_deleted(
 def test_publishing_to_an_internal_exchange_is_access_refused(broker: BrokerProcess) -> None:
     with open_session(broker.url) as amqp:
         exchange = amqp.declare_exchange("fanout", internal=True)
-        with closes_channel(
-            403, f"ACCESS_REFUSED - cannot publish to internal {resource('exchange', exchange)}"
-        ):
+        with closes_channel(403, f"ACCESS_REFUSED - cannot publish to internal {resource('exchange', exchange)}"):
             amqp.channel.basic_publish(exchange, "", b"nope")
             round_trip(amqp.channel)
 
@@ -271,8 +274,7 @@ def test_exchange_binding_routes_and_unbinding_stops_it(broker: BrokerProcess) -
         amqp.channel.basic_publish(source, "users.new", b"matches nothing")
         assert bodies(drain(amqp.channel, queue)) == [b"routed"]
 
-        amqp.channel.exchange_unbind(destination=destination, source=source,
-                                     routing_key="orders.*")
+        amqp.channel.exchange_unbind(destination=destination, source=source, routing_key="orders.*")
         amqp.channel.basic_publish(source, "orders.new", b"unbound")
         assert message_count(amqp.channel, queue) == 0
 
@@ -300,16 +302,13 @@ def test_exchange_bind_and_unbind_with_a_missing_exchange_are_not_found(
         present = amqp.declare_exchange("direct")
         absent = unique_name("missing")
         names = {"source": present, "destination": present, missing: absent}
-        method = (amqp.channel.exchange_bind if operation == "bind"
-                  else amqp.channel.exchange_unbind)
+        method = amqp.channel.exchange_bind if operation == "bind" else amqp.channel.exchange_unbind
         with closes_channel(404, not_found_text("exchange", absent)):
             method(destination=names["destination"], source=names["source"], routing_key="k")
 
 
 @pytest.mark.parametrize("side", ["source", "destination"])
-def test_exchange_binding_with_the_default_exchange_is_access_refused(
-    broker: BrokerProcess, side: str
-) -> None:
+def test_exchange_binding_with_the_default_exchange_is_access_refused(broker: BrokerProcess, side: str) -> None:
     with open_session(broker.url) as amqp:
         other = amqp.declare_exchange("direct")
         names = {"source": other, "destination": other, side: ""}
@@ -329,20 +328,14 @@ def test_nowait_exchange_methods_send_no_reply(broker: BrokerProcess) -> None:
     exchange, other = unique_name("x-nowait"), unique_name("x-nowait")
     with RawClient(broker.port) as raw:
         channel = raw.open_channel()
-        raw.send(channel, commands.Exchange.Declare(exchange=exchange, exchange_type="fanout",
-                                                    nowait=True))
-        raw.send(channel, commands.Exchange.Declare(exchange=other, exchange_type="fanout",
-                                                    nowait=True))
-        raw.send(channel, commands.Exchange.Bind(destination=other, source=exchange,
-                                                 nowait=True))
-        raw.send(channel, commands.Exchange.Unbind(destination=other, source=exchange,
-                                                   nowait=True))
+        raw.send(channel, commands.Exchange.Declare(exchange=exchange, exchange_type="fanout", nowait=True))
+        raw.send(channel, commands.Exchange.Declare(exchange=other, exchange_type="fanout", nowait=True))
+        raw.send(channel, commands.Exchange.Bind(destination=other, source=exchange, nowait=True))
+        raw.send(channel, commands.Exchange.Unbind(destination=other, source=exchange, nowait=True))
         raw.send(channel, commands.Exchange.Delete(exchange=other, nowait=True))
         # The next frame must answer this passive declare: no *-ok came for the nowait ones.
-        raw.call(channel, commands.Exchange.Declare(exchange=exchange, passive=True),
-                 commands.Exchange.DeclareOk)
-        raw.call(channel, commands.Exchange.Delete(exchange=exchange),
-                 commands.Exchange.DeleteOk)
+        raw.call(channel, commands.Exchange.Declare(exchange=exchange, passive=True), commands.Exchange.DeclareOk)
+        raw.call(channel, commands.Exchange.Delete(exchange=exchange), commands.Exchange.DeleteOk)
         raw.call(channel, commands.Basic.Qos(), commands.Basic.QosOk)
 
         # Errors still close the channel.

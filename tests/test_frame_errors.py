@@ -56,9 +56,7 @@ PUBLISH = method_frame(CHANNEL, commands.Basic.Publish(exchange="", routing_key=
 QOS = method_payload(commands.Basic.Qos(prefetch_count=1))
 DECLARE = method_payload(commands.Queue.Declare(queue=QUEUE))
 DECLARE_WITH_ARGUMENTS = method_payload(
-    commands.Queue.Declare(
-        queue=QUEUE, arguments={"x-max-length": 10, "x-note": "truncated"}
-    )
+    commands.Queue.Declare(queue=QUEUE, arguments={"x-max-length": 10, "x-note": "truncated"})
 )
 OUT_OF_ORDER = "UNEXPECTED_FRAME - expected method frame, got non method frame instead"
 
@@ -82,16 +80,12 @@ BAD_INPUTS = {
         "{invalid_frame_end_marker,0}",
     ),
     "frame-larger-than-frame-max": BadInput(
-        PUBLISH
-        + content_header_frame(CHANNEL, OVERSIZED)
-        + raw_frame(FRAME_BODY, CHANNEL, b"x" * OVERSIZED),
+        PUBLISH + content_header_frame(CHANNEL, OVERSIZED) + raw_frame(FRAME_BODY, CHANNEL, b"x" * OVERSIZED),
         501,
         "FRAME_ERROR - type 3, ",
         f"{{frame_too_large,{OVERSIZED},{FRAME_MAX - 8}}}",
     ),
-    "unknown-frame-type": BadInput(
-        raw_frame(9, CHANNEL, b"hello"), 501, "FRAME_ERROR - type 9, ", "unknown_frame"
-    ),
+    "unknown-frame-type": BadInput(raw_frame(9, CHANNEL, b"hello"), 501, "FRAME_ERROR - type 9, ", "unknown_frame"),
     "truncated-method-arguments": BadInput(
         raw_frame(FRAME_METHOD, CHANNEL, DECLARE[:-3]),
         501,
@@ -105,37 +99,26 @@ BAD_INPUTS = {
         failing_method=QUEUE_DECLARE,
     ),
     "truncated-publish": BadInput(
-        raw_frame(
-            FRAME_METHOD, CHANNEL, method_payload(commands.Basic.Publish(exchange="", routing_key=QUEUE))[:-2]
-        ),
+        raw_frame(FRAME_METHOD, CHANNEL, method_payload(commands.Basic.Publish(exchange="", routing_key=QUEUE))[:-2]),
         501,
         "FRAME_ERROR - cannot decode ",
         failing_method=BASIC_PUBLISH,
     ),
     "body-longer-than-body-size": BadInput(
-        PUBLISH
-        + content_header_frame(CHANNEL, 5)
-        + content_body_frame(CHANNEL, b"0123456789"),
+        PUBLISH + content_header_frame(CHANNEL, 5) + content_body_frame(CHANNEL, b"0123456789"),
         501,
         "FRAME_ERROR - content body frame exceeds remaining content size",
         failing_method=BASIC_PUBLISH,
     ),
-    "body-without-publish": BadInput(
-        content_body_frame(CHANNEL, b"orphan"), 505, OUT_OF_ORDER
-    ),
-    "header-without-publish": BadInput(
-        content_header_frame(CHANNEL, 6), 505, OUT_OF_ORDER
-    ),
+    "body-without-publish": BadInput(content_body_frame(CHANNEL, b"orphan"), 505, OUT_OF_ORDER),
+    "header-without-publish": BadInput(content_header_frame(CHANNEL, 6), 505, OUT_OF_ORDER),
     "method-instead-of-content-header": BadInput(
         PUBLISH + method_frame(CHANNEL, commands.Basic.Qos(prefetch_count=1)),
         505,
-        "UNEXPECTED_FRAME - expected content header for class 60, "
-        "got non content header frame instead",
+        "UNEXPECTED_FRAME - expected content header for class 60, got non content header frame instead",
         failing_method=BASIC_PUBLISH,
     ),
-    "heartbeat-on-a-channel": BadInput(
-        heartbeat_frame(CHANNEL), 505, "UNEXPECTED_FRAME - type 8, "
-    ),
+    "heartbeat-on-a-channel": BadInput(heartbeat_frame(CHANNEL), 505, "UNEXPECTED_FRAME - type 8, "),
     "method-on-unopened-channel": BadInput(
         method_frame(2, commands.Queue.Declare(queue=QUEUE)),
         504,
@@ -159,9 +142,7 @@ def assert_still_serves(channel: BlockingChannel) -> None:
     queue = channel.queue_declare(queue="", exclusive=True).method.queue
     channel.basic_publish(exchange="", routing_key=queue, body=b"still here")
     method, _, body = channel.basic_get(queue, auto_ack=True)
-    assert method is not None, (
-        "a message published by the bystander was not there to get"
-    )
+    assert method is not None, "a message published by the bystander was not there to get"
     assert body == b"still here"
 
 
@@ -198,10 +179,6 @@ def test_unknown_method_ends_the_connection(
         conn.send_raw(raw_frame(FRAME_METHOD, CHANNEL, struct.pack(">HH", *ids)))
         frames = conn.frames_until_eof()
 
-    codes = [
-        f.frame.reply_code
-        for f in frames
-        if isinstance(f.frame, commands.Connection.Close)
-    ]
+    codes = [f.frame.reply_code for f in frames if isinstance(f.frame, commands.Connection.Close)]
     assert set(codes) <= {503, 540}, codes
     assert_still_serves(bystander)

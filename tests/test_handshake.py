@@ -45,9 +45,7 @@ RABBITMQ_CAPABILITIES = (
         pytest.param(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", id="http-get"),
     ],
 )
-def test_unsupported_protocol_header_is_answered_with_0_9_1_and_closed(
-    broker: BrokerProcess, greeting: bytes
-) -> None:
+def test_unsupported_protocol_header_is_answered_with_0_9_1_and_closed(broker: BrokerProcess, greeting: bytes) -> None:
     with Connection(broker.url) as conn:
         conn.send_raw(greeting)
         assert conn.read_until_eof() == PROTOCOL_HEADER
@@ -66,9 +64,9 @@ def test_connection_start_describes_the_server(broker: BrokerProcess) -> None:
         assert properties.get(key), f"server_properties lacks {key!r}: {properties}"
     capabilities = properties.get("capabilities")
     assert isinstance(capabilities, dict), f"no capabilities table: {properties}"
-    assert {
-        name: capabilities.get(name) for name in RABBITMQ_CAPABILITIES
-    } == dict.fromkeys(RABBITMQ_CAPABILITIES, True)
+    assert {name: capabilities.get(name) for name in RABBITMQ_CAPABILITIES} == dict.fromkeys(
+        RABBITMQ_CAPABILITIES, True
+    )
 
 
 def test_tune_proposes_rabbitmq_defaults(broker: BrokerProcess) -> None:
@@ -81,9 +79,7 @@ def test_tune_proposes_rabbitmq_defaults(broker: BrokerProcess) -> None:
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "AMQPLAIN"])
-def test_login_with_valid_credentials_opens_the_connection(
-    broker: BrokerProcess, mechanism: str
-) -> None:
+def test_login_with_valid_credentials_opens_the_connection(broker: BrokerProcess, mechanism: str) -> None:
     with connect(broker.url, mechanism=mechanism, channels=(1,)) as conn:
         conn.send(commands.Queue.Declare(queue="", exclusive=True), 1)
         declared = conn.expect(commands.Queue.DeclareOk, channel=1)
@@ -91,9 +87,7 @@ def test_login_with_valid_credentials_opens_the_connection(
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "AMQPLAIN"])
-@pytest.mark.parametrize(
-    ("username", "password"), [("guest", "not-the-password"), ("nobody", "guest")]
-)
+@pytest.mark.parametrize(("username", "password"), [("guest", "not-the-password"), ("nobody", "guest")])
 def test_failed_login_is_closed_with_access_refused(
     broker: BrokerProcess, mechanism: str, username: str, password: str
 ) -> None:
@@ -128,16 +122,11 @@ TuneOkFactory = Callable[[commands.Connection.Tune], commands.Connection.TuneOk]
     [
         pytest.param(
             lambda tune: commands.Connection.TuneOk(tune.channel_max, 4095, 0),
-            lambda tune: (
-                "negotiated frame_max = 4095 is lower than "
-                "the minimum allowed value (4096)"
-            ),
+            lambda tune: "negotiated frame_max = 4095 is lower than the minimum allowed value (4096)",
             id="frame_max-below-4096",
         ),
         pytest.param(
-            lambda tune: commands.Connection.TuneOk(
-                tune.channel_max, tune.frame_max + 1, 0
-            ),
+            lambda tune: commands.Connection.TuneOk(tune.channel_max, tune.frame_max + 1, 0),
             lambda tune: (
                 f"negotiated frame_max = {tune.frame_max + 1} is higher than "
                 f"the maximum allowed value ({tune.frame_max})"
@@ -145,9 +134,7 @@ TuneOkFactory = Callable[[commands.Connection.Tune], commands.Connection.TuneOk]
             id="frame_max-above-server",
         ),
         pytest.param(
-            lambda tune: commands.Connection.TuneOk(
-                tune.channel_max + 1, tune.frame_max, 0
-            ),
+            lambda tune: commands.Connection.TuneOk(tune.channel_max + 1, tune.frame_max, 0),
             lambda tune: (
                 f"negotiated channel_max = {tune.channel_max + 1} is higher than "
                 f"the maximum allowed value ({tune.channel_max})"
@@ -218,13 +205,9 @@ def test_broker_sends_heartbeats_on_an_idle_connection(broker: BrokerProcess) ->
                 got = conn.recv_frame(timeout=0.5)
             except TimeoutError:
                 continue
-            assert got is not None, (
-                "broker closed a connection that kept sending heartbeats"
-            )
+            assert got is not None, "broker closed a connection that kept sending heartbeats"
             received.append(got)
 
-    assert received, (
-        "no frame from the broker within 3 s on a connection with heartbeat=1"
-    )
+    assert received, "no frame from the broker within 3 s on a connection with heartbeat=1"
     assert isinstance(received[0].frame, heartbeat.Heartbeat), received[0]
     assert received[0].channel == 0

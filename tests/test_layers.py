@@ -34,7 +34,11 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(root)}
     return subprocess.run(
         [str(LINT_IMPORTS), "--config", str(REPO_ROOT / "pyproject.toml"), "--no-cache"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=120,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -54,8 +54,7 @@ def dead_lettered(amqp: Session, target: DeadLetterTarget, count: int) -> list[b
 
 
 @pytest.mark.parametrize("overflow", [None, "drop-head"])
-def test_max_length_drops_the_oldest_messages(broker: BrokerProcess, overflow: str | None
-                                              ) -> None:
+def test_max_length_drops_the_oldest_messages(broker: BrokerProcess, overflow: str | None) -> None:
     arguments: dict[str, Any] = {"x-max-length": 3}
     if overflow is not None:
         arguments["x-overflow"] = overflow
@@ -102,8 +101,7 @@ def test_max_length_bytes_counts_body_bytes_only(broker: BrokerProcess) -> None:
 
 def test_reject_publish_nacks_the_publish_and_keeps_the_queue(broker: BrokerProcess) -> None:
     with open_session(broker.url) as amqp:
-        queue, target = limited_queue(amqp, **{
-            "x-max-length": 2, "x-overflow": "reject-publish"})
+        queue, target = limited_queue(amqp, **{"x-max-length": 2, "x-overflow": "reject-publish"})
         confirming = amqp.connection.channel()
         confirming.confirm_delivery()
         publish_all(confirming, queue, numbered("m", 2))
@@ -121,8 +119,7 @@ def test_reject_publish_nacks_the_publish_and_keeps_the_queue(broker: BrokerProc
 
 def test_reject_publish_without_confirms_drops_silently(broker: BrokerProcess) -> None:
     with open_session(broker.url) as amqp:
-        queue = amqp.declare_queue(arguments={
-            "x-max-length": 2, "x-overflow": "reject-publish"})
+        queue = amqp.declare_queue(arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
         publish_all(amqp.channel, queue, numbered("m", 4))
         round_trip(amqp.channel)
         assert amqp.channel.is_open
@@ -131,8 +128,7 @@ def test_reject_publish_without_confirms_drops_silently(broker: BrokerProcess) -
 
 def test_reject_publish_dlx_nacks_and_dead_letters(broker: BrokerProcess) -> None:
     with open_session(broker.url) as amqp:
-        queue, target = limited_queue(amqp, **{
-            "x-max-length": 1, "x-overflow": "reject-publish-dlx"})
+        queue, target = limited_queue(amqp, **{"x-max-length": 1, "x-overflow": "reject-publish-dlx"})
         confirming = amqp.connection.channel()
         confirming.confirm_delivery()
         confirming.basic_publish("", queue, b"kept")
@@ -143,10 +139,9 @@ def test_reject_publish_dlx_nacks_and_dead_letters(broker: BrokerProcess) -> Non
 
 
 @pytest.mark.parametrize(
-    ("overflow", "nacked"),
-    [("drop-head", False), ("reject-publish", True), ("reject-publish-dlx", True)])
-def test_max_length_zero_keeps_nothing(broker: BrokerProcess, overflow: str, nacked: bool
-                                       ) -> None:
+    ("overflow", "nacked"), [("drop-head", False), ("reject-publish", True), ("reject-publish-dlx", True)]
+)
+def test_max_length_zero_keeps_nothing(broker: BrokerProcess, overflow: str, nacked: bool) -> None:
     with open_session(broker.url) as amqp:
         queue, target = limited_queue(amqp, **{"x-max-length": 0, "x-overflow": overflow})
         confirming = amqp.connection.channel()

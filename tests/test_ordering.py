@@ -27,10 +27,12 @@ def delivered(consumers: list[Consumer]) -> int:
     return sum(len(consumer.deliveries) for consumer in consumers)
 
 
-def wait_for_total(connection: BlockingConnection, consumers: list[Consumer],
-                   count: int) -> None:
-    process_until(connection, lambda: delivered(consumers) >= count,
-                  f"{count} deliveries arrived across {len(consumers)} consumers")
+def wait_for_total(connection: BlockingConnection, consumers: list[Consumer], count: int) -> None:
+    process_until(
+        connection,
+        lambda: delivered(consumers) >= count,
+        f"{count} deliveries arrived across {len(consumers)} consumers",
+    )
 
 
 # --------------------------------------------------------------------------- publishing
@@ -89,7 +91,9 @@ def test_competing_consumers_take_strict_turns(broker: BrokerProcess, prefetch: 
                     consumer.channel.basic_ack(consumer.deliveries[round_number].delivery_tag)
         wait_for_total(amqp.connection, consumers, 9)
         assert [consumer.bodies for consumer in consumers] == [
-            [b"m-1", b"m-4", b"m-7"], [b"m-2", b"m-5", b"m-8"], [b"m-3", b"m-6", b"m-9"],
+            [b"m-1", b"m-4", b"m-7"],
+            [b"m-2", b"m-5", b"m-8"],
+            [b"m-3", b"m-6", b"m-9"],
         ]
 
 
@@ -107,7 +111,9 @@ def test_nacked_messages_return_to_the_front_in_publish_order(broker: BrokerProc
         consuming.basic_nack(held[3].delivery_tag, multiple=True, requeue=True)
         again = consumer.wait_for(8)[5:]
         assert [(m.body, m.redelivered) for m in again] == [
-            (b"m-1", True), (b"m-3", True), (b"m-4", True),
+            (b"m-1", True),
+            (b"m-3", True),
+            (b"m-4", True),
         ]
         # Only then the messages no consumer has seen yet.
         consuming.basic_ack(again[-1].delivery_tag, multiple=True)
@@ -116,9 +122,7 @@ def test_nacked_messages_return_to_the_front_in_publish_order(broker: BrokerProc
 
 
 @pytest.mark.parametrize("closed", ["channel", "connection"])
-def test_unacked_messages_of_a_closed_consumer_go_back_to_the_front(
-    broker: BrokerProcess, closed: str
-) -> None:
+def test_unacked_messages_of_a_closed_consumer_go_back_to_the_front(broker: BrokerProcess, closed: str) -> None:
     with open_session(broker.url) as amqp, open_session(broker.url) as doomed:
         queue = amqp.declare_queue()
         publish_all(amqp.channel, queue, numbered("m", 6))
@@ -134,7 +138,11 @@ def test_unacked_messages_of_a_closed_consumer_go_back_to_the_front(
             doomed.connection.close()
         wait_for_count(amqp.channel, queue, 5)
         assert [(m.body, m.redelivered) for m in drain(amqp.channel, queue)] == [
-            (b"m-1", True), (b"m-3", True), (b"m-4", True), (b"m-5", False), (b"m-6", False),
+            (b"m-1", True),
+            (b"m-3", True),
+            (b"m-4", True),
+            (b"m-5", False),
+            (b"m-6", False),
         ]
 
 
@@ -158,7 +166,9 @@ def test_cancel_alone_keeps_deliveries_unacked_until_the_channel_closes(
 
         first_channel.close()
         assert [(m.body, m.redelivered) for m in second.wait_for(3)] == [
-            (b"m-3", False), (b"m-1", True), (b"m-2", True),
+            (b"m-3", False),
+            (b"m-1", True),
+            (b"m-2", True),
         ]
 
 
@@ -176,7 +186,8 @@ def test_recover_requeues_ahead_of_messages_never_delivered(broker: BrokerProces
         assert len(consumer.settle()) == 4
         amqp.channel.basic_ack(again[-1].delivery_tag, multiple=True)
         assert [(m.body, m.redelivered) for m in consumer.wait_for(6)[4:]] == [
-            (b"m-3", False), (b"m-4", False),
+            (b"m-3", False),
+            (b"m-4", False),
         ]
 
 
@@ -223,5 +234,6 @@ def test_per_consumer_and_channel_wide_prefetch_are_both_enforced(
         second.wait_for(2)
         process_for(amqp.connection)
         assert (first.bodies, second.bodies) == (
-            numbered(queues[0], 3), numbered(queues[1], 2),
+            numbered(queues[0], 3),
+            numbered(queues[1], 2),
         )

@@ -58,18 +58,14 @@ def test_every_entry_point_loads_and_names_match() -> None:
             assert callable(loaded), entry_point
 
 
-@pytest.mark.skipif(
-    not os.environ.get("LAVIN_TEST_EXPECT_INSTALLED"), reason="only for `make test-installed`"
-)
+@pytest.mark.skipif(not os.environ.get("LAVIN_TEST_EXPECT_INSTALLED"), reason="only for `make test-installed`")
 def test_lavin_is_imported_from_site_packages() -> None:
     package_dir = Path(lavin.__file__).resolve().parent
     assert not package_dir.is_relative_to(REPO_ROOT / "core"), package_dir
     assert "site-packages" in package_dir.parts, package_dir
 
 
-@pytest.mark.skipif(
-    not os.environ.get("LAVIN_TEST_EXPECT_INSTALLED"), reason="only for `make test-installed`"
-)
+@pytest.mark.skipif(not os.environ.get("LAVIN_TEST_EXPECT_INSTALLED"), reason="only for `make test-installed`")
 def test_hot_modules_are_compiled_in_a_regular_install() -> None:
     """setup.py compiles them with mypyc; a silent fall back to pure Python would make
     the suite of the regular install test the same code as the editable one."""

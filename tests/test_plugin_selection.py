@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import logging
-
 import re
 import sys
 import types
@@ -21,8 +20,11 @@ from lavin.api import AuthBackend, hookimpl
 from lavin.config import InstalledPlugin
 from lavin.plugin_registry import PluginError, check_auth_backends, load_registry
 from test_cli import run_lavin
-from test_plugins import lifecycle_broker, read_events
-from test_plugins import sample_exchange_installed  # noqa: F401 - a fixture
+from test_plugins import (
+    lifecycle_broker,
+    read_events,
+    sample_exchange_installed,  # noqa: F401 - a fixture
+)
 
 PREFIX_TYPE = "x-prefix"
 SAMPLE_DISTRIBUTION = "lavin-sample-exchange"
@@ -70,9 +72,7 @@ def test_unknown_name_lists_installed_plugins_by_group(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("sample_exchange_installed")
 def test_module_without_hooks_is_refused(tmp_path: Path) -> None:
     # The exchange type's own module, given instead of its entry-point name.
-    result = run_lavin(
-        "serve", "--data-dir", str(tmp_path / "data"), "--plugin", "lavin_sample_exchange"
-    )
+    result = run_lavin("serve", "--data-dir", str(tmp_path / "data"), "--plugin", "lavin_sample_exchange")
     assert result.returncode != 0
     assert "plugin 'lavin_sample_exchange' implements no hook" in result.stderr
     assert "entry-point name (see `lavin plugins`)" in result.stderr
@@ -80,9 +80,7 @@ def test_module_without_hooks_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("sample_exchange_installed")
-def test_startup_log_names_version_and_every_plugin(
-    broker_factory: BrokerFactory, tmp_path: Path
-) -> None:
+def test_startup_log_names_version_and_every_plugin(broker_factory: BrokerFactory, tmp_path: Path) -> None:
     broker, _events = lifecycle_broker(broker_factory, tmp_path, "--plugin", PREFIX_TYPE)
     lavin_version = version("lavin")
     lines = [line.partition(" lavin.server: ")[2] for line in broker.output.splitlines()]
@@ -95,15 +93,11 @@ def test_startup_log_names_version_and_every_plugin(
     ]:
         assert expected in lines, broker.output
     # A plugin module outside any distribution is named by its file.
-    module_line = (
-        rf"plugin lavin\.plugins {LIFECYCLE_PLUGIN} from /\S+/tests/lifecycle_plugin\.py enabled"
-    )
+    module_line = rf"plugin lavin\.plugins {LIFECYCLE_PLUGIN} from /\S+/tests/lifecycle_plugin\.py enabled"
     assert any(re.fullmatch(module_line, line) for line in lines), broker.output
 
 
-def test_plugin_section_reaches_lavin_configure(
-    broker_factory: BrokerFactory, tmp_path: Path
-) -> None:
+def test_plugin_section_reaches_lavin_configure(broker_factory: BrokerFactory, tmp_path: Path) -> None:
     ini = tmp_path / "lavin.ini"
     ini.write_text(f"[plugin.{LIFECYCLE_PLUGIN}]\nendpoint = http://audit.example\nRetries = 3\n")
     broker, events_file = lifecycle_broker(broker_factory, tmp_path, "--config", str(ini))
@@ -122,9 +116,7 @@ def test_plugin_section_reaches_lavin_configure(
 # --- in-process: the registry's rules ----------------------------------------------------------
 
 
-def configurable_plugin(
-    monkeypatch: pytest.MonkeyPatch, module_name: str, seen: Settings, refuse: bool = False
-) -> str:
+def configurable_plugin(monkeypatch: pytest.MonkeyPatch, module_name: str, seen: Settings, refuse: bool = False) -> str:
     """A lifecycle plugin module implementing only lavin_configure."""
     module = types.ModuleType(module_name)
 
@@ -142,9 +134,7 @@ def configurable_plugin(
 def test_each_plugin_gets_only_its_own_section(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: Settings = []
     names = [configurable_plugin(monkeypatch, name, seen) for name in ("audit", "metrics", "bare")]
-    load_registry(
-        names, plugin_settings={"audit": {"secret": "a"}, "metrics": {"port": "9100"}}
-    )
+    load_registry(names, plugin_settings={"audit": {"secret": "a"}, "metrics": {"port": "9100"}})
     assert seen == [("audit", {"secret": "a"}), ("metrics", {"port": "9100"}), ("bare", {})]
 
 

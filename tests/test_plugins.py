@@ -163,9 +163,7 @@ def wait_for_event(path: Path, event: str, timeout: float = 5) -> None:
         time.sleep(0.05)
 
 
-def lifecycle_broker(
-    broker_factory: BrokerFactory, tmp_path: Path, *extra_args: str
-) -> tuple[BrokerProcess, Path]:
+def lifecycle_broker(broker_factory: BrokerFactory, tmp_path: Path, *extra_args: str) -> tuple[BrokerProcess, Path]:
     """A broker with tests.lifecycle_plugin enabled; the plugin's events go to the path."""
     # A copy, so the broker's path gets the plugin but not the repo root's source folders.
     plugin_path = tmp_path / "plugin-path"
@@ -182,9 +180,7 @@ def lifecycle_broker(
     return broker, events_file
 
 
-def test_lifecycle_plugin_sees_events_in_order(
-    broker_factory: BrokerFactory, tmp_path: Path
-) -> None:
+def test_lifecycle_plugin_sees_events_in_order(broker_factory: BrokerFactory, tmp_path: Path) -> None:
     broker, events_file = lifecycle_broker(broker_factory, tmp_path)
     properties = {"product": "lifecycle-test"}
     connection = pika.BlockingConnection(

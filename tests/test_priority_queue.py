@@ -34,12 +34,11 @@ def restart_after_crash(broker: BrokerProcess) -> None:
     broker.start()
 
 
-def publish(channel: BlockingChannel, queue: str, messages: Sequence[tuple[bytes, int | None]], *,
-            persistent: bool = False) -> None:
+def publish(
+    channel: BlockingChannel, queue: str, messages: Sequence[tuple[bytes, int | None]], *, persistent: bool = False
+) -> None:
     for body, priority in messages:
-        properties = BasicProperties(
-            priority=priority, delivery_mode=PERSISTENT_DELIVERY_MODE if persistent else None
-        )
+        properties = BasicProperties(priority=priority, delivery_mode=PERSISTENT_DELIVERY_MODE if persistent else None)
         channel.basic_publish("", queue, body, properties)
 
 
@@ -72,9 +71,18 @@ def test_a_consumer_receives_messages_by_priority(broker: BrokerProcess) -> None
 def test_no_priority_is_0_and_above_the_maximum_is_the_maximum(broker: BrokerProcess) -> None:
     with open_session(broker.url) as session:
         queue = declare_priority_queue(session, max_priority=5)
-        publish(session.channel, queue, [
-            (b"none", None), (b"zero", 0), (b"way-over", 200), (b"max", 5), (b"four", 4), (b"one", 1),
-        ])
+        publish(
+            session.channel,
+            queue,
+            [
+                (b"none", None),
+                (b"zero", 0),
+                (b"way-over", 200),
+                (b"max", 5),
+                (b"four", 4),
+                (b"one", 1),
+            ],
+        )
         assert bodies(drain(session.channel, queue)) == [b"way-over", b"max", b"four", b"one", b"none", b"zero"]
 
 
@@ -89,7 +97,10 @@ def test_a_requeued_message_keeps_its_priority_and_leads_its_level(broker: Broke
         channel.basic_nack(taken.delivery_tag, requeue=True)
         received = drain(channel, queue)
         assert [(m.body, m.redelivered) for m in received] == [
-            (b"high-1", True), (b"high-2", False), (b"mid", False), (b"low", False),
+            (b"high-1", True),
+            (b"high-2", False),
+            (b"mid", False),
+            (b"low", False),
         ]
 
 

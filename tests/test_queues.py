@@ -64,33 +64,44 @@ def test_declare_ok_counts_ready_messages_and_consumers(broker: BrokerProcess) -
 @pytest.mark.parametrize(
     ("first", "second", "arg", "received", "current"),
     [
-        pytest.param({"durable": False}, {"durable": True},
-                     "durable", "'true'", "'false'", id="durable"),
-        pytest.param({"durable": True}, {"durable": False},
-                     "durable", "'false'", "'true'", id="not-durable"),
-        pytest.param({"auto_delete": False}, {"auto_delete": True},
-                     "auto_delete", "'true'", "'false'", id="auto_delete"),
+        pytest.param({"durable": False}, {"durable": True}, "durable", "'true'", "'false'", id="durable"),
+        pytest.param({"durable": True}, {"durable": False}, "durable", "'false'", "'true'", id="not-durable"),
         pytest.param(
-            {"arguments": {"x-message-ttl": 1000}}, {"arguments": {"x-message-ttl": 2000}},
+            {"auto_delete": False}, {"auto_delete": True}, "auto_delete", "'true'", "'false'", id="auto_delete"
+        ),
+        pytest.param(
+            {"arguments": {"x-message-ttl": 1000}},
+            {"arguments": {"x-message-ttl": 2000}},
             "x-message-ttl",
-            "the value '2000' of type 'signedint'", "the value '1000' of type 'signedint'",
+            "the value '2000' of type 'signedint'",
+            "the value '1000' of type 'signedint'",
             id="argument-changed",
         ),
         pytest.param(
-            {}, {"arguments": {"x-max-length": 10}},
-            "x-max-length", "the value '10' of type 'signedint'", "none",
+            {},
+            {"arguments": {"x-max-length": 10}},
+            "x-max-length",
+            "the value '10' of type 'signedint'",
+            "none",
             id="argument-added",
         ),
         pytest.param(
-            {"arguments": {"x-max-length": 10}}, {},
-            "x-max-length", "none", "the value '10' of type 'signedint'",
+            {"arguments": {"x-max-length": 10}},
+            {},
+            "x-max-length",
+            "none",
+            "the value '10' of type 'signedint'",
             id="argument-removed",
         ),
     ],
 )
 def test_redeclare_with_different_property_is_precondition_failed(
-    broker: BrokerProcess, first: dict[str, Any], second: dict[str, Any], arg: str,
-    received: str, current: str,
+    broker: BrokerProcess,
+    first: dict[str, Any],
+    second: dict[str, Any],
+    arg: str,
+    received: str,
+    current: str,
 ) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue(**first)
@@ -129,8 +140,7 @@ def test_passive_declare_of_missing_queue_is_not_found(broker: BrokerProcess) ->
 def test_passive_declare_ignores_flags_and_arguments(broker: BrokerProcess) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue()
-        amqp.channel.queue_declare(queue, passive=True, durable=True, auto_delete=True,
-                                   arguments={"x-max-length": 1})
+        amqp.channel.queue_declare(queue, passive=True, durable=True, auto_delete=True, arguments={"x-max-length": 1})
         assert amqp.channel.is_open
 
 
@@ -138,9 +148,7 @@ def test_reserved_amq_prefix_is_access_refused(broker: BrokerProcess) -> None:
     name = f"amq.{unique_name('q')}"
     with open_session(broker.url) as amqp:
         amqp.track_queue(name)
-        with closes_channel(
-            403, f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix 'amq.*'"
-        ):
+        with closes_channel(403, f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix 'amq.*'"):
             amqp.channel.queue_declare(name)
         assert not exists(amqp.connection, "queue", name)
 
@@ -177,9 +185,7 @@ EXCLUSIVE_OPERATIONS: dict[str, Callable[[BlockingChannel, str], object]] = {
 
 
 @pytest.mark.parametrize("operation", list(EXCLUSIVE_OPERATIONS))
-def test_exclusive_queue_is_locked_to_other_connections(
-    broker: BrokerProcess, operation: str
-) -> None:
+def test_exclusive_queue_is_locked_to_other_connections(broker: BrokerProcess, operation: str) -> None:
     with open_session(broker.url) as owner, open_session(broker.url) as other:
         queue = owner.declare_queue(exclusive=True)
         owner.channel.queue_bind(queue, "amq.direct", queue)
@@ -204,8 +210,9 @@ def test_exclusive_queue_is_deleted_when_its_connection_closes(broker: BrokerPro
         queue = owner.declare_queue(exclusive=True)
         assert passive_reply_code(observer.connection, "queue", queue) == 405
         owner.connection.close()
-        wait_until(lambda: passive_reply_code(observer.connection, "queue", queue) == 404,
-                   f"exclusive queue {queue} is gone")
+        wait_until(
+            lambda: passive_reply_code(observer.connection, "queue", queue) == 404, f"exclusive queue {queue} is gone"
+        )
 
 
 # --------------------------------------------------------------------------- auto-delete queues
@@ -222,8 +229,7 @@ def test_auto_delete_queue_is_deleted_when_its_last_consumer_cancels(
         first.cancel()
         assert exists(amqp.connection, "queue", queue)
         second.cancel()
-        wait_until(lambda: not exists(amqp.connection, "queue", queue),
-                   f"auto-delete queue {queue} is gone")
+        wait_until(lambda: not exists(amqp.connection, "queue", queue), f"auto-delete queue {queue} is gone")
 
 
 def test_auto_delete_queue_is_deleted_when_its_consumer_channel_closes(
@@ -234,8 +240,7 @@ def test_auto_delete_queue_is_deleted_when_its_consumer_channel_closes(
         consuming = amqp.connection.channel()
         Consumer(consuming, queue)
         consuming.close()
-        wait_until(lambda: not exists(amqp.connection, "queue", queue),
-                   f"auto-delete queue {queue} is gone")
+        wait_until(lambda: not exists(amqp.connection, "queue", queue), f"auto-delete queue {queue} is gone")
 
 
 # --------------------------------------------------------------------------- bindings
@@ -268,9 +273,7 @@ def test_bind_and_unbind_with_a_missing_queue_or_exchange_are_not_found(
 
 
 @pytest.mark.parametrize("operation", ["bind", "unbind"])
-def test_binding_to_the_default_exchange_is_access_refused(
-    broker: BrokerProcess, operation: str
-) -> None:
+def test_binding_to_the_default_exchange_is_access_refused(broker: BrokerProcess, operation: str) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue()
         method = amqp.channel.queue_bind if operation == "bind" else amqp.channel.queue_unbind
@@ -341,8 +344,7 @@ def test_consumer_is_cancelled_when_its_queue_is_deleted(broker: BrokerProcess) 
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue()
         cancelled: list[str] = []
-        amqp.channel.add_on_cancel_callback(
-            lambda frame: cancelled.append(frame.method.consumer_tag))
+        amqp.channel.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
         consumer = Consumer(amqp.channel, queue)
         amqp.connection.channel().queue_delete(queue)
         process_until(amqp.connection, lambda: bool(cancelled), "basic.cancel arrived")
@@ -368,8 +370,7 @@ def test_nowait_queue_methods_send_no_reply(broker: BrokerProcess) -> None:
         raw.publish(channel, b"one", exchange="amq.fanout")
         raw.publish(channel, b"two", routing_key=queue)
         # The next frame must answer this passive declare: no *-ok came for the nowait ones.
-        declared = raw.call(channel, commands.Queue.Declare(queue=queue, passive=True),
-                            commands.Queue.DeclareOk)
+        declared = raw.call(channel, commands.Queue.Declare(queue=queue, passive=True), commands.Queue.DeclareOk)
         assert declared.message_count == 2
         raw.send(channel, commands.Queue.Purge(queue=queue, nowait=True))
         raw.send(channel, commands.Queue.Delete(queue=queue, nowait=True))

@@ -79,9 +79,7 @@ PREDECLARED = [
 
 
 @pytest.mark.parametrize(("exchange", "exchange_type"), PREDECLARED)
-def test_predeclared_exchange_exists(
-    channel: BlockingChannel, exchange: str, exchange_type: str
-) -> None:
+def test_predeclared_exchange_exists(channel: BlockingChannel, exchange: str, exchange_type: str) -> None:
     channel.exchange_declare(exchange, exchange_type=exchange_type, passive=True)
 
 
@@ -117,17 +115,13 @@ def test_default_exchange_routes_by_queue_name(channel: BlockingChannel) -> None
 
 
 @pytest.mark.parametrize("operation", ["queue_bind", "queue_unbind"])
-def test_default_exchange_cannot_be_bound(
-    connection: pika.BlockingConnection, operation: str
-) -> None:
+def test_default_exchange_cannot_be_bound(connection: pika.BlockingConnection, operation: str) -> None:
     chan = connection.channel()
     queue = new_queue(chan)
     with pytest.raises(ChannelClosedByBroker) as raised:
         getattr(chan, operation)(queue, "", queue)
     assert raised.value.reply_code == 403
-    assert raised.value.reply_text == (
-        "ACCESS_REFUSED - operation not permitted on the default exchange"
-    )
+    assert raised.value.reply_text == ("ACCESS_REFUSED - operation not permitted on the default exchange")
 
 
 def test_direct_exchange_routes_on_exact_key(channel: BlockingChannel) -> None:
@@ -229,8 +223,7 @@ def test_headers_binding_with_invalid_x_match_is_refused(
         chan.queue_bind(queue, exchange, "", {"x-match": "some"})
     assert raised.value.reply_code == 406
     assert raised.value.reply_text == (
-        'PRECONDITION_FAILED - Invalid x-match field value <<"some">>; '
-        "expected all, any, all-with-x, or any-with-x"
+        'PRECONDITION_FAILED - Invalid x-match field value <<"some">>; expected all, any, all-with-x, or any-with-x'
     )
 
 

@@ -158,7 +158,9 @@ def test_cc_and_bcc_add_routing_keys_and_bcc_is_never_delivered(amqp: Session, v
 def test_a_queue_matched_by_several_keys_gets_one_copy(amqp: Session) -> None:
     exchange, queues = cc_setup(amqp, "topic")
     amqp.channel.queue_bind(queues["main"], exchange, "cc.#")
-    amqp.channel.basic_publish(exchange, "main", b"once", BasicProperties(headers={"CC": ["cc.a", "cc.b"], "BCC": ["main"]}))
+    amqp.channel.basic_publish(
+        exchange, "main", b"once", BasicProperties(headers={"CC": ["cc.a", "cc.b"], "BCC": ["main"]})
+    )
     assert bodies(drain(amqp.channel, queues["main"])) == [b"once"]
 
 
@@ -226,7 +228,9 @@ def test_a_transaction_remembers_only_what_it_commits(broker: BrokerProcess) -> 
         exchange, queue = dedup_exchange(amqp)
         amqp.channel.tx_select()
         for body in ("in-tx-1", "in-tx-2"):
-            amqp.channel.basic_publish(exchange, "", body.encode(), BasicProperties(headers={"x-deduplication-header": "t"}))
+            amqp.channel.basic_publish(
+                exchange, "", body.encode(), BasicProperties(headers={"x-deduplication-header": "t"})
+            )
         amqp.channel.tx_commit()
         assert bodies(drain(amqp.channel, queue)) == [b"in-tx-1"]
 

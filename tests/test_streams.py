@@ -53,8 +53,7 @@ def declare_lasting_stream(session: Session, **arguments: Any) -> str:
     return name
 
 
-def publish(session: Session, queue: str, count: int, *, start: int = 0,
-            headers: dict[str, Any] | None = None) -> None:
+def publish(session: Session, queue: str, count: int, *, start: int = 0, headers: dict[str, Any] | None = None) -> None:
     """Publish m<start> ... with publisher confirms: each is on disk when this returns."""
     channel = session.connection.channel()
     channel.confirm_delivery()
@@ -69,8 +68,14 @@ def offset_of(message: Message) -> int:
     return offset
 
 
-def subscribe(connection: BlockingConnection, queue: str, *, prefetch: int = 100,
-              consumer_tag: str | None = None, **arguments: Any) -> Consumer:
+def subscribe(
+    connection: BlockingConnection,
+    queue: str,
+    *,
+    prefetch: int = 100,
+    consumer_tag: str | None = None,
+    **arguments: Any,
+) -> Consumer:
     channel = connection.channel()
     channel.basic_qos(prefetch_count=prefetch)
     return Consumer(channel, queue, consumer_tag=consumer_tag, arguments=arguments or None)
@@ -95,8 +100,9 @@ def stream_info(session: Session, queue: str, correlation_id: str = "req-1") -> 
     """Ask through direct reply-to; the reply's properties."""
     channel = session.connection.channel()
     replies = Consumer(channel, DIRECT_REPLY_TO, auto_ack=True)
-    channel.basic_publish("", STREAM_INFO, queue.encode(),
-                          BasicProperties(reply_to=DIRECT_REPLY_TO, correlation_id=correlation_id))
+    channel.basic_publish(
+        "", STREAM_INFO, queue.encode(), BasicProperties(reply_to=DIRECT_REPLY_TO, correlation_id=correlation_id)
+    )
     (reply,) = replies.wait_for(1)
     channel.close()
     assert reply.body == b""
@@ -112,43 +118,54 @@ def first_offset(session: Session, queue: str) -> int:
 # --------------------------------------------------------------------------- declare
 
 
-@pytest.mark.parametrize(("flags", "property_name"), [
-    ({"durable": False}, "non-durable"),
-    ({"durable": True, "exclusive": True}, "exclusive-owner"),
-    ({"durable": True, "auto_delete": True}, "auto-delete"),
-])
-def test_a_stream_is_durable_shared_and_kept(broker: BrokerProcess, flags: dict[str, bool],
-                                             property_name: str) -> None:
+@pytest.mark.parametrize(
+    ("flags", "property_name"),
+    [
+        ({"durable": False}, "non-durable"),
+        ({"durable": True, "exclusive": True}, "exclusive-owner"),
+        ({"durable": True, "auto_delete": True}, "auto-delete"),
+    ],
+)
+def test_a_stream_is_durable_shared_and_kept(broker: BrokerProcess, flags: dict[str, bool], property_name: str) -> None:
     name = unique_name("stream")
-    with open_session(broker.url) as session, closes_channel(
-        406, f"PRECONDITION_FAILED - invalid property '{property_name}' for {resource('queue', name)}"
+    with (
+        open_session(broker.url) as session,
+        closes_channel(406, f"PRECONDITION_FAILED - invalid property '{property_name}' for {resource('queue', name)}"),
     ):
         session.channel.queue_declare(name, arguments=STREAM, **flags)
 
 
-@pytest.mark.parametrize(("argument", "value"), [
-    ("x-dead-letter-exchange", "dlx"),
-    ("x-dead-letter-routing-key", "rk"),
-    ("x-delivery-limit", 3),
-    ("x-expires", 60_000),
-    ("x-max-priority", 5),
-    ("x-message-ttl", 60_000),
-    ("x-overflow", "reject-publish"),
-    ("x-single-active-consumer", True),
-])
-def test_arguments_that_make_no_sense_for_a_log_are_refused(broker: BrokerProcess, argument: str,
-                                                            value: object) -> None:
+@pytest.mark.parametrize(
+    ("argument", "value"),
+    [
+        ("x-dead-letter-exchange", "dlx"),
+        ("x-dead-letter-routing-key", "rk"),
+        ("x-delivery-limit", 3),
+        ("x-expires", 60_000),
+        ("x-max-priority", 5),
+        ("x-message-ttl", 60_000),
+        ("x-overflow", "reject-publish"),
+        ("x-single-active-consumer", True),
+    ],
+)
+def test_arguments_that_make_no_sense_for_a_log_are_refused(
+    broker: BrokerProcess, argument: str, value: object
+) -> None:
     name = unique_name("stream")
-    with open_session(broker.url) as session, closes_channel(
-        406, f"PRECONDITION_FAILED - invalid arg '{argument}' for {resource('queue', name)} of queue type stream"
+    with (
+        open_session(broker.url) as session,
+        closes_channel(
+            406, f"PRECONDITION_FAILED - invalid arg '{argument}' for {resource('queue', name)} of queue type stream"
+        ),
     ):
         session.channel.queue_declare(name, durable=True, arguments={**STREAM, argument: value})
 
 
 def test_an_invalid_max_age_is_refused(broker: BrokerProcess) -> None:
     name = unique_name("stream")
-    with open_session(broker.url) as session, closes_channel(
-        406, invalid_arg_text("x-max-age", name, "invalid_max_age")
+    with (
+        open_session(broker.url) as session,
+        closes_channel(406, invalid_arg_text("x-max-age", name, "invalid_max_age")),
     ):
         session.channel.queue_declare(name, durable=True, arguments={**STREAM, "x-max-age": "7 days"})
 
@@ -173,9 +190,11 @@ def test_each_start_offset(broker: BrokerProcess) -> None:
         assert read(connection, queue, 2, **{"x-stream-offset": at_boundary}) == expected(range(3, 5))
         assert read(connection, queue, 5, **{"x-stream-offset": "10m"}) == expected(range(5))
 
-        waiting = [subscribe(connection, queue, **{"x-stream-offset": "next"}),
-                   subscribe(connection, queue, **{"x-stream-offset": 99}),
-                   subscribe(connection, queue)]  # no offset: next
+        waiting = [
+            subscribe(connection, queue, **{"x-stream-offset": "next"}),
+            subscribe(connection, queue, **{"x-stream-offset": 99}),
+            subscribe(connection, queue),
+        ]  # no offset: next
         process_for(connection)
         assert all(consumer.deliveries == [] for consumer in waiting)
         publish(session, queue, 1, start=5)
@@ -187,9 +206,9 @@ def test_an_invalid_start_offset_is_refused(broker: BrokerProcess) -> None:
     with open_session(broker.url) as session:
         queue = declare_stream(session)
         session.channel.basic_qos(prefetch_count=10)
-        with closes_channel(406, invalid_arg_text(
-            "x-stream-offset", queue, '{invalid_stream_offset_arg,{longstr,<<"bogus">>}}'
-        )):
+        with closes_channel(
+            406, invalid_arg_text("x-stream-offset", queue, '{invalid_stream_offset_arg,{longstr,<<"bogus">>}}')
+        ):
             Consumer(session.channel, queue, arguments={"x-stream-offset": "bogus"})
 
 
@@ -222,7 +241,9 @@ def test_a_stream_takes_messages_routed_by_exchanges(broker: BrokerProcess) -> N
         consumer = subscribe(session.connection, queue, **{"x-stream-offset": "first"})
         deliveries = consumer.wait_for(2)
         assert [(m.routing_key, m.body) for m in consumer.settle()] == [
-            ("orders.new", b"orders.new"), ("orders.paid", b"orders.paid")]
+            ("orders.new", b"orders.new"),
+            ("orders.paid", b"orders.paid"),
+        ]
         # The offset header joins the publisher's headers; every other property stays.
         assert [(m.properties.content_type, m.properties.priority, m.properties.headers) for m in deliveries] == [
             ("text/plain", 3, {"key": "orders.new", "x-stream-offset": 0}),
@@ -254,8 +275,9 @@ def test_a_nack_with_requeue_comes_back_to_the_same_consumer(broker: BrokerProce
 def test_a_stream_consumer_needs_a_prefetch(broker: BrokerProcess) -> None:
     with open_session(broker.url) as session:
         queue = declare_stream(session)
-        with closes_channel(406, "PRECONDITION_FAILED - consumer prefetch count is not set for stream "
-                                 f"{resource('queue', queue)}"):
+        with closes_channel(
+            406, f"PRECONDITION_FAILED - consumer prefetch count is not set for stream {resource('queue', queue)}"
+        ):
             Consumer(session.channel, queue)
 
 
@@ -298,9 +320,16 @@ def test_filters_select_by_filter_value_exactly(broker: BrokerProcess) -> None:
         first = {"x-stream-offset": "first"}
         assert read(connection, queue, 2, **first, **{"x-stream-filter": "red"}) == expected(range(2))
         assert read(connection, queue, 3, **first, **{"x-stream-filter": ["blue", "green"]}) == expected([2, 3, 6])
-        assert read(connection, queue, 4, **first, **{
-            "x-stream-filter": "blue", "x-stream-match-unfiltered": True,
-        }) == expected(range(2, 6))
+        assert read(
+            connection,
+            queue,
+            4,
+            **first,
+            **{
+                "x-stream-filter": "blue",
+                "x-stream-match-unfiltered": True,
+            },
+        ) == expected(range(2, 6))
         assert read(connection, queue, 7, **first) == expected(range(7))
 
 
@@ -416,9 +445,9 @@ def test_stream_info_reports_offsets_count_and_times(broker: BrokerProcess) -> N
         before = int(time.time() * 1000)
         publish(session, queue, 3)
         headers = stream_info(session, queue, correlation_id="req-2").headers or {}
-        assert {key: headers[key] for key in ("x-stream-first-offset", "x-stream-next-offset",
-                                              "x-stream-message-count")} == {
-            "x-stream-first-offset": 0, "x-stream-next-offset": 3, "x-stream-message-count": 3}
+        assert {
+            key: headers[key] for key in ("x-stream-first-offset", "x-stream-next-offset", "x-stream-message-count")
+        } == {"x-stream-first-offset": 0, "x-stream-next-offset": 3, "x-stream-message-count": 3}
         assert before <= headers["x-stream-first-timestamp"] <= headers["x-stream-last-timestamp"] <= time.time() * 1000
 
 
@@ -428,8 +457,9 @@ def test_stream_info_replies_to_a_queue_and_reports_errors(broker: BrokerProcess
         classic = session.declare_queue("classic")
         consumer = Consumer(session.channel, replies, auto_ack=True)
         for name in (classic, "no-such-queue"):
-            session.channel.basic_publish("", STREAM_INFO, name.encode(),
-                                          BasicProperties(reply_to=replies, correlation_id=name))
+            session.channel.basic_publish(
+                "", STREAM_INFO, name.encode(), BasicProperties(reply_to=replies, correlation_id=name)
+            )
         answers = {m.properties.correlation_id: (m.properties.headers or {}) for m in consumer.wait_for(2)}
         assert answers == {
             classic: {"x-error": f"{resource('queue', classic)} is not a stream"},

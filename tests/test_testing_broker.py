@@ -55,9 +55,8 @@ def test_a_broker_runs_in_a_thread_and_stops_with_the_block(tmp_path: Path) -> N
     threads_before = set(threading.enumerate())
     with running_broker(tmp_path / "data") as broker:
         publish(broker.url, "kept", b"durable")
-        with pytest.raises(StartupError, match="in use by another broker"):
-            with running_broker(tmp_path / "data"):
-                pass
+        with pytest.raises(StartupError, match="in use by another broker"), running_broker(tmp_path / "data"):
+            pass
     assert set(threading.enumerate()) <= threads_before
     with running_broker(tmp_path / "data") as restarted:
         assert get(restarted.url, "kept") == b"durable"

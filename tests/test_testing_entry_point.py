@@ -7,7 +7,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-APPLICATION_TESTS = '''
+APPLICATION_TESTS = """
 import kombu
 
 
@@ -19,7 +19,7 @@ def test_a_message_goes_round_trip(lavin_url):
         message.ack()
         queue.close()
     assert message.payload == {"order": 42}
-'''
+"""
 
 
 def test_fixtures_are_registered_by_the_entry_point(pytester: pytest.Pytester) -> None:

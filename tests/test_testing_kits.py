@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import pytest
-from lavin.api import Arguments
+from lavin.api import Arguments, ExchangeTypes
 from lavin.plugins.exchanges.consistent_hash import ConsistentHashExchange
 from lavin.plugins.exchanges.delayed import DelayedMessageExchange
 from lavin.plugins.exchanges.direct import DirectExchange
@@ -54,7 +54,7 @@ class TestConsistentHashExchange(ExchangeTypeKit):
 class TestDelayedMessageExchange(ExchangeTypeKit):
     exchange_type = DelayedMessageExchange
     exchange_arguments: ClassVar[Arguments] = {"x-delayed-type": "direct"}
-    exchange_types = {"direct": DirectExchange}
+    exchange_types: ClassVar[ExchangeTypes] = {"direct": DirectExchange}
 
 
 class TestClassicQueue(QueueTypeKit):

@@ -80,13 +80,10 @@ def test_per_message_expiration_drops_only_that_message(broker: BrokerProcess) -
         ("1.5", '{leftover_string,".5"}'),
     ],
 )
-def test_invalid_expiration_is_precondition_failed(
-    broker: BrokerProcess, expiration: str, error: str
-) -> None:
+def test_invalid_expiration_is_precondition_failed(broker: BrokerProcess, expiration: str, error: str) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue()
-        with closes_channel(406, f"PRECONDITION_FAILED - invalid expiration '{expiration}': "
-                                 f"{error}"):
+        with closes_channel(406, f"PRECONDITION_FAILED - invalid expiration '{expiration}': {error}"):
             amqp.channel.basic_publish("", queue, b"bad", expiring(expiration))
             round_trip(amqp.channel)
         assert message_count(amqp.new_channel(), queue) == 0
@@ -103,8 +100,7 @@ def test_expiration_zero_without_a_waiting_consumer_expires_at_once(
         assert get_message(amqp.channel, queue) is None
         dead = wait_for_message(amqp.channel, target.queue)
         assert dead.body == b"now-or-never"
-        assert (x_death(dead)[0]["reason"], x_death(dead)[0]["original-expiration"]) == (
-            "expired", "0")
+        assert (x_death(dead)[0]["reason"], x_death(dead)[0]["original-expiration"]) == ("expired", "0")
 
 
 @pytest.mark.parametrize("consumer_has_room", [True, False])
@@ -146,13 +142,10 @@ def test_expired_message_behind_a_lasting_one_is_removed_promptly(
 
 
 @pytest.mark.parametrize("settle", ["ack", "requeue"])
-def test_ready_messages_expire_while_the_consumer_is_at_its_prefetch_limit(
-    broker: BrokerProcess, settle: str
-) -> None:
+def test_ready_messages_expire_while_the_consumer_is_at_its_prefetch_limit(broker: BrokerProcess, settle: str) -> None:
     with open_session(broker.url) as amqp:
         target = dead_letter_target(amqp)
-        queue = amqp.declare_queue(
-            arguments=target.arguments(**{"x-message-ttl": SHORT_TTL_MS}))
+        queue = amqp.declare_queue(arguments=target.arguments(**{"x-message-ttl": SHORT_TTL_MS}))
         consuming = amqp.connection.channel()
         consuming.basic_qos(prefetch_count=1)
         consumer = Consumer(consuming, queue)
@@ -180,9 +173,7 @@ def test_ready_messages_expire_while_the_consumer_is_at_its_prefetch_limit(
     [(LONG_TTL_MS, SHORT_TTL_MS), (SHORT_TTL_MS, LONG_TTL_MS)],
     ids=["message-lower", "queue-lower"],
 )
-def test_the_lower_of_queue_and_message_ttl_wins(
-    broker: BrokerProcess, queue_ttl: int, message_ttl: int
-) -> None:
+def test_the_lower_of_queue_and_message_ttl_wins(broker: BrokerProcess, queue_ttl: int, message_ttl: int) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue(arguments={"x-message-ttl": queue_ttl})
         amqp.channel.basic_publish("", queue, b"m", expiring(message_ttl))
@@ -236,13 +227,13 @@ def test_x_expires_lease_is_renewed_by_use(broker: BrokerProcess, use: str) -> N
         if use == "consumer":
             consumer = Consumer(amqp.channel, queue, auto_ack=True)
             # Held for longer than a whole lease: a queue with a consumer is in use.
-            holds_for(lambda: routable(probe, queue), EXPIRES_MS / 1000 + 0.3,
-                      f"consumed queue {queue!r} exists")
+            holds_for(lambda: routable(probe, queue), EXPIRES_MS / 1000 + 0.3, f"consumed queue {queue!r} exists")
             consumer.cancel()
         elif use == "redeclare":
             amqp.channel.queue_declare(queue, arguments=arguments)
         else:
             get_message(amqp.channel, queue, auto_ack=True)
-        holds_for(lambda: routable(probe, queue), STILL_THERE_FOR,
-                  f"queue {queue!r} exists after its lease was renewed")
+        holds_for(
+            lambda: routable(probe, queue), STILL_THERE_FOR, f"queue {queue!r} exists after its lease was renewed"
+        )
         wait_until(lambda: not routable(probe, queue), f"queue {queue!r} expired", timeout=3)

@@ -93,7 +93,8 @@ def test_rolled_back_acks_leave_the_messages_unacked(broker: BrokerProcess) -> N
         tx.tx_commit()
         tx.close()
         assert [(m.body, m.redelivered) for m in drain(amqp.channel, queue)] == [
-            (b"m-2", True), (b"m-3", True),
+            (b"m-2", True),
+            (b"m-3", True),
         ]
 
 
@@ -116,8 +117,7 @@ def test_mandatory_return_is_sent_at_commit(broker: BrokerProcess) -> None:
     with open_session(broker.url) as amqp:
         amqp.channel.add_on_return_callback(lambda _c, _m, _p, body: returned.append(body))
         amqp.channel.tx_select()
-        amqp.channel.basic_publish("amq.direct", unique_name("nobody"), b"bounce",
-                                   mandatory=True)
+        amqp.channel.basic_publish("amq.direct", unique_name("nobody"), b"bounce", mandatory=True)
         round_trip(amqp.channel)
         process_for(amqp.connection)
         assert returned == []
@@ -127,15 +127,12 @@ def test_mandatory_return_is_sent_at_commit(broker: BrokerProcess) -> None:
 
 
 @pytest.mark.parametrize("method", ["commit", "rollback"])
-def test_commit_or_rollback_without_select_is_precondition_failed(
-    broker: BrokerProcess, method: str
-) -> None:
-    with open_session(broker.url) as amqp:
-        with closes_channel(406, "PRECONDITION_FAILED - channel is not transactional"):
-            if method == "commit":
-                amqp.channel.tx_commit()
-            else:
-                amqp.channel.tx_rollback()
+def test_commit_or_rollback_without_select_is_precondition_failed(broker: BrokerProcess, method: str) -> None:
+    with open_session(broker.url) as amqp, closes_channel(406, "PRECONDITION_FAILED - channel is not transactional"):
+        if method == "commit":
+            amqp.channel.tx_commit()
+        else:
+            amqp.channel.tx_rollback()
 
 
 def test_tx_select_on_a_confirm_channel_is_precondition_failed(broker: BrokerProcess) -> None:

@@ -249,8 +249,15 @@ class Channel:
         connection = self.connection
         connection.send(
             codec.deliver_frames(
-                self.id, consumer.tag_bytes, tag, redelivered, message.exchange, message.routing_key,
-                message.properties, message.body, connection.frame_max,
+                self.id,
+                consumer.tag_bytes,
+                tag,
+                redelivered,
+                message.exchange,
+                message.routing_key,
+                message.properties,
+                message.body,
+                connection.frame_max,
             )
         )
 
@@ -410,7 +417,6 @@ class Channel:
             self.tx.rollback()
         self._publish = None
         self._body_parts = []
-
 
 
 def _parse_publish(payload: bytes) -> tuple[str, str, bool] | None:

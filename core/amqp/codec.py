@@ -135,9 +135,7 @@ def _deliver_layout(key: tuple[int, int, int, int]) -> struct.Struct:
     if len(_deliver_layouts) >= _DELIVER_LAYOUTS_MAX:
         _deliver_layouts.clear()
     tag, exchange, routing_key, properties = key
-    layout = _deliver_layouts[key] = struct.Struct(
-        f">BHI4s{tag}sQB{exchange}s{routing_key}sB" f"BHIHHQ{properties}sB" "BHI"
-    )
+    layout = _deliver_layouts[key] = struct.Struct(f">BHI4s{tag}sQB{exchange}s{routing_key}sBBHIHHQ{properties}sBBHI")
     return layout
 
 

@@ -25,8 +25,15 @@ class ReplyConsumer:
         connection = channel.connection
         connection.send(
             codec.deliver_frames(
-                channel.id, self.tag_bytes, channel.next_delivery_tag(), False, message.exchange,
-                message.routing_key, message.properties, message.body, connection.frame_max,
+                channel.id,
+                self.tag_bytes,
+                channel.next_delivery_tag(),
+                False,
+                message.exchange,
+                message.routing_key,
+                message.properties,
+                message.body,
+                connection.frame_max,
             )
         )
 

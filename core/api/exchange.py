@@ -30,7 +30,7 @@ class Destination(Protocol):
 
     @property
     def kind(self) -> str:
-        """"queue" or "exchange"."""
+        """ "queue" or "exchange"."""
 
 
 def destination_identity(destination: Destination) -> tuple[str, str]:

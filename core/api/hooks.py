@@ -94,9 +94,7 @@ def lavin_connection_closed(connection: ConnectionInfo) -> None:
 
 
 @hookspec
-def lavin_definitions_changed(
-    vhost: VHostInfo, kind: DefinitionKind, name: str, action: DefinitionAction
-) -> None:
+def lavin_definitions_changed(vhost: VHostInfo, kind: DefinitionKind, name: str, action: DefinitionAction) -> None:
     """After a queue, exchange or binding was declared or deleted in `vhost`.
 
     `name` is the queue's or exchange's name; for a binding, its source exchange's name.

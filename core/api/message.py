@@ -155,9 +155,7 @@ class Message:
 
     __slots__ = ("_decoded", "body", "exchange", "properties", "routing_key", "timestamp")
 
-    def __init__(
-        self, exchange: str, routing_key: str, properties: bytes, body: bytes, timestamp: int = 0
-    ) -> None:
+    def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes, timestamp: int = 0) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.properties = properties

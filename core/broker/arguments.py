@@ -73,7 +73,12 @@ def check_queue_equivalence(
 
 
 def check_exchange_equivalence(
-    exchange: Exchange, vhost: str, type_name: str, durable: bool, auto_delete: bool, internal: bool,
+    exchange: Exchange,
+    vhost: str,
+    type_name: str,
+    durable: bool,
+    auto_delete: bool,
+    internal: bool,
     arguments: dict[str, Any],
 ) -> None:
     flags = (

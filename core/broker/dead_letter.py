@@ -52,9 +52,7 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
         headers.pop("CC", None)
     props.pop("expiration", None)
     props["headers"] = headers
-    copy = Message(
-        exchange.name, new_keys[0], encode_properties(props), message.body, int(time.time() * 1000)
-    )
+    copy = Message(exchange.name, new_keys[0], encode_properties(props), message.body, int(time.time() * 1000))
     targets: set[Reached] = set()
     exchange.route(new_keys, copy, targets)
     for target in targets:

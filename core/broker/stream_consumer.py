@@ -41,7 +41,7 @@ def long_field(name: str, value: int) -> bytes:
     return bytes((len(key),)) + key + b"l" + _I64.pack(value)
 
 
-_OFFSET_ENTRY_PREFIX = long_field(OFFSET_ARGUMENT, 0)[:-_I64.size]
+_OFFSET_ENTRY_PREFIX = long_field(OFFSET_ARGUMENT, 0)[: -_I64.size]
 
 
 def with_offset_header(properties: bytes, offset: int) -> bytes:
@@ -142,11 +142,23 @@ class StreamReader:
     """One consumer's cursor, filter and outstanding deliveries; the channel settles on it."""
 
     __slots__ = (
-        "_outstanding", "_queue", "_redeliver", "_settled", "active", "consumer", "cursor", "filter", "tracked",
+        "_outstanding",
+        "_queue",
+        "_redeliver",
+        "_settled",
+        "active",
+        "consumer",
+        "cursor",
+        "filter",
+        "tracked",
     )
 
     def __init__(
-        self, queue: StreamQueue, consumer: Consumer, cursor: StreamCursor, stream_filter: StreamFilter | None,
+        self,
+        queue: StreamQueue,
+        consumer: Consumer,
+        cursor: StreamCursor,
+        stream_filter: StreamFilter | None,
     ) -> None:
         self._queue = queue
         self.consumer = consumer
@@ -200,7 +212,10 @@ class StreamReader:
 
     def _send(self, offset: int, message: Message, redelivered: bool) -> None:
         delivery = Message(
-            message.exchange, message.routing_key, with_offset_header(message.properties, offset), message.body,
+            message.exchange,
+            message.routing_key,
+            with_offset_header(message.properties, offset),
+            message.body,
             message.timestamp,
         )
         self.consumer.deliver(self, offset, delivery, redelivered)

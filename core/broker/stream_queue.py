@@ -36,16 +36,18 @@ log = logging.getLogger(__name__)
 RETENTION_INTERVAL = 60.0  # seconds between retention checks of an idle stream
 
 # Arguments that make no sense for a log, refused at declare as RabbitMQ refuses them.
-UNSUPPORTED_ARGUMENTS = frozenset({
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-delivery-limit",
-    "x-expires",
-    "x-max-priority",
-    "x-message-ttl",
-    "x-overflow",
-    "x-single-active-consumer",
-})
+UNSUPPORTED_ARGUMENTS = frozenset(
+    {
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-delivery-limit",
+        "x-expires",
+        "x-max-priority",
+        "x-message-ttl",
+        "x-overflow",
+        "x-single-active-consumer",
+    }
+)
 
 
 def check_stream_declaration(

@@ -73,8 +73,14 @@ class VHost:
         shutil.rmtree(self.transient_dir, ignore_errors=True)
         # The default exchange exists for passive declares; routing to it is special-cased.
         self.exchanges[""] = Exchange(
-            self, "", "direct", DefaultExchangeTable(self.queues),
-            durable=True, auto_delete=False, internal=False, arguments={},
+            self,
+            "",
+            "direct",
+            DefaultExchangeTable(self.queues),
+            durable=True,
+            auto_delete=False,
+            internal=False,
+            arguments={},
         )
         for name, type_name in DEFAULT_EXCHANGES:
             self._create_exchange(name, type_name, durable=True, auto_delete=False, internal=False, arguments={})
@@ -85,7 +91,11 @@ class VHost:
                 "exchange",
                 exchange_def.name,
                 lambda d=exchange_def: self._create_exchange(
-                    d.name, d.type, durable=True, auto_delete=d.auto_delete, internal=d.internal,
+                    d.name,
+                    d.type,
+                    durable=True,
+                    auto_delete=d.auto_delete,
+                    internal=d.internal,
                     arguments=dict(d.arguments),
                 ),
             )
@@ -94,7 +104,10 @@ class VHost:
                 "queue",
                 queue_def.name,
                 lambda d=queue_def: self._create_queue(
-                    d.name, durable=True, owner=None, auto_delete=d.auto_delete,
+                    d.name,
+                    durable=True,
+                    owner=None,
+                    auto_delete=d.auto_delete,
                     arguments=dict(d.arguments),
                 ),
             )
@@ -184,8 +197,14 @@ class VHost:
             raise errors.CommandInvalid(f"invalid exchange type '{type_name}'")
         table = exchange_type.create(arguments, self.broker.registry.exchange_types)
         exchange = Exchange(
-            self, name, type_name, table,
-            durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments,
+            self,
+            name,
+            type_name,
+            table,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=arguments,
         )
         self.exchanges[name] = exchange
         return exchange
@@ -264,7 +283,10 @@ class VHost:
             existing.touch()
             return existing
         queue = self._create_queue(
-            name, durable=durable, owner=connection if exclusive else None, auto_delete=auto_delete,
+            name,
+            durable=durable,
+            owner=connection if exclusive else None,
+            auto_delete=auto_delete,
             arguments=arguments,
         )
         if durable and not exclusive and self.definitions is not None:
@@ -283,7 +305,11 @@ class VHost:
         is_stream = issubclass(queue_type, StreamType)
         if is_stream:
             check_stream_declaration(
-                name, self.name, durable=durable, exclusive=owner is not None, auto_delete=auto_delete,
+                name,
+                self.name,
+                durable=durable,
+                exclusive=owner is not None,
+                auto_delete=auto_delete,
                 arguments=arguments,
             )
             settings = QueueSettings()  # a stream's limits are retention, which its store applies
@@ -341,7 +367,12 @@ class VHost:
         self._bind(source, destination, routing_key, arguments, persist=True)
 
     def _bind(
-        self, source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any], *,
+        self,
+        source: Exchange,
+        destination: Destination,
+        routing_key: str,
+        arguments: dict[str, Any],
+        *,
         persist: bool,
     ) -> None:
         if not source.table.bind(destination, routing_key, arguments):

@@ -92,7 +92,7 @@ class ConsumerOffsets:
             payload = data[position + _CRC.size : end]
             if end > len(data) or zlib.crc32(payload) != _CRC.unpack_from(data, position)[0]:
                 break
-            self._offsets[payload[1:-_OFFSET.size]] = _OFFSET.unpack_from(payload, len(payload) - _OFFSET.size)[0]
+            self._offsets[payload[1 : -_OFFSET.size]] = _OFFSET.unpack_from(payload, len(payload) - _OFFSET.size)[0]
             records += 1
             position = end
         if position != len(data):

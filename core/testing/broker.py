@@ -72,7 +72,7 @@ class _BrokerThread(threading.Thread):
         try:
             with self._runner:
                 self._runner.run(self._serve())
-        except BaseException as exc:  # every failure goes to the test's thread
+        except BaseException as exc:  # noqa: BLE001 - every failure goes to the test's thread
             if self.port.done():
                 self._failure = exc
             else:

@@ -9,9 +9,7 @@ from lavin.api import AccessRefused, AuthBackend, User
 
 GUEST = "guest"
 # The text RabbitMQ sends for a bad password: it deliberately says nothing about why.
-LOGIN_REFUSED = (
-    "Login was refused using authentication mechanism PLAIN. For details see the broker logfile."
-)
+LOGIN_REFUSED = "Login was refused using authentication mechanism PLAIN. For details see the broker logfile."
 
 
 def is_loopback(peer_host: str) -> bool:

@@ -39,9 +39,7 @@ class DelayedMessageExchange(ExchangeType):
             inner_name = inner_name.decode("utf-8", "surrogateescape")
         inner_type = exchange_types.get(inner_name) if isinstance(inner_name, str) else None
         if inner_type is None or inner_type.delays_messages:
-            raise PreconditionFailed(
-                f"Invalid argument, '{INNER_TYPE_ARGUMENT}' must be an existing exchange type"
-            )
+            raise PreconditionFailed(f"Invalid argument, '{INNER_TYPE_ARGUMENT}' must be an existing exchange type")
         return cls(arguments, inner_type.create(arguments, exchange_types))
 
     def bind(self, destination: Destination, routing_key: str, arguments: Arguments) -> bool:

@@ -70,13 +70,11 @@ def parse_conditions(arguments: Arguments) -> Conditions:
     mode = arguments.get("x-match", "all")
     if not isinstance(mode, str):
         raise PreconditionFailed(
-            f"Invalid x-match field type {_amqp_type(mode)} (value {_erlang_term(mode)}); "
-            "expected longstr"
+            f"Invalid x-match field type {_amqp_type(mode)} (value {_erlang_term(mode)}); expected longstr"
         )
     if mode not in MATCH_MODES:
         raise PreconditionFailed(
-            f"Invalid x-match field value {_erlang_term(mode)}; "
-            "expected all, any, all-with-x, or any-with-x"
+            f"Invalid x-match field value {_erlang_term(mode)}; expected all, any, all-with-x, or any-with-x"
         )
     with_x = mode.endswith("-with-x")
     expected = tuple(

@@ -33,8 +33,14 @@ _Argument = TypeVar("_Argument")
 
 # AMQP field-table type names as RabbitMQ reports them for a rejected argument.
 _TYPE_NAMES: dict[type, str] = {
-    bool: "bool", float: "double", str: "longstr", bytes: "longstr", bytearray: "longstr",
-    dict: "table", list: "array", type(None): "void",
+    bool: "bool",
+    float: "double",
+    str: "longstr",
+    bytes: "longstr",
+    bytearray: "longstr",
+    dict: "table",
+    list: "array",
+    type(None): "void",
 }
 
 
@@ -203,9 +209,7 @@ class PriorityQueue(QueueType):
         self._levels[level] = store
         return store
 
-    def _change_ready(
-        self, level: int, change: Callable[[QueueType, _Argument], None], argument: _Argument
-    ) -> None:
+    def _change_ready(self, level: int, change: Callable[[QueueType, _Argument], None], argument: _Argument) -> None:
         """Apply `change` to one level's store and carry its effect over to the totals."""
         store = self._levels[level]
         was_ready, bytes_before = len(store), store.ready_bytes

@@ -28,9 +28,7 @@ def routed(exchange: ExchangeType, routing_key: str, msg: Message = NO_HEADERS) 
     return set(exchange.route(routing_key, msg))
 
 
-def routed_in_order(
-    exchange: ExchangeType, routing_key: str, msg: Message = NO_HEADERS
-) -> list[str]:
+def routed_in_order(exchange: ExchangeType, routing_key: str, msg: Message = NO_HEADERS) -> list[str]:
     """Destination names, sorted but with any duplicates kept."""
     return sorted(str(destination) for destination in exchange.route(routing_key, msg))
 
@@ -240,7 +238,7 @@ def reference_match(pattern: list[str], words: list[str]) -> bool:
         return not words
     head, rest = pattern[0], pattern[1:]
     if head == "#":
-        return reference_match(rest, words) or bool(words) and reference_match(pattern, words[1:])
+        return reference_match(rest, words) or (bool(words) and reference_match(pattern, words[1:]))
     return bool(words) and head in ("*", words[0]) and reference_match(rest, words[1:])
 
 
@@ -250,15 +248,9 @@ def split(key: str) -> list[str]:
 
 def test_topic_agrees_with_the_reference_rule_on_every_small_key() -> None:
     patterns = [
-        ".".join(words)
-        for length in range(4)
-        for words in itertools.product(["a", "b", "", "*", "#"], repeat=length)
+        ".".join(words) for length in range(4) for words in itertools.product(["a", "b", "", "*", "#"], repeat=length)
     ]
-    keys = [
-        ".".join(words)
-        for length in range(5)
-        for words in itertools.product(["a", "b", ""], repeat=length)
-    ]
+    keys = [".".join(words) for length in range(5) for words in itertools.product(["a", "b", ""], repeat=length)]
     exchange = TopicExchange({})
     for pattern in patterns:
         exchange.bind(pattern, pattern, {})
@@ -393,9 +385,7 @@ HEADER_CASES = [
 
 
 @pytest.mark.parametrize(("arguments", "headers", "matches"), HEADER_CASES)
-def test_headers_matching(
-    arguments: dict[str, Any], headers: dict[str, Any] | None, matches: bool
-) -> None:
+def test_headers_matching(arguments: dict[str, Any], headers: dict[str, Any] | None, matches: bool) -> None:
     assert headers_routed(arguments, headers) is matches
 
 

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
-
 import asyncio
+from importlib.metadata import entry_points
 
 import pytest
 from lavin.api import AccessRefused
 from lavin.plugins.auth.guest import GuestAuth
 
-LOGIN_REFUSED = (
-    "Login was refused using authentication mechanism PLAIN. For details see the broker logfile."
-)
+LOGIN_REFUSED = "Login was refused using authentication mechanism PLAIN. For details see the broker logfile."
 LOOPBACK_ONLY = "user 'guest' can only connect via localhost"
 
 
@@ -22,9 +19,7 @@ def test_entry_point_loads_the_backend() -> None:
     assert GuestAuth.name == "guest"
 
 
-@pytest.mark.parametrize(
-    "peer_host", ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "::ffff:127.0.0.1", "::1%lo"]
-)
+@pytest.mark.parametrize("peer_host", ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "::ffff:127.0.0.1", "::1%lo"])
 def test_guest_from_loopback_gets_full_rights_on_default_vhost(peer_host: str) -> None:
     user = asyncio.run(GuestAuth().authenticate("guest", "guest", peer_host))
     assert user is not None

@@ -35,15 +35,11 @@ def spark_environment(scratch: Path) -> dict[str, str]:
         # holds the package under its own name, as a regular install does.
         link = scratch / "pyspark_lavin"
         link.symlink_to(Path(pyspark_lavin.__file__).parent, target_is_directory=True)
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(scratch), os.environ.get("PYTHONPATH")])
-        )
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(scratch), os.environ.get("PYTHONPATH")]))
     return env
 
 
 def submit_arguments() -> str:
     """The same configuration for a separate driver process (PYSPARK_SUBMIT_ARGS)."""
-    confs = " ".join(
-        f"--conf {key}={value}" for key, value in CONF.items() if key != "spark.master"
-    )
+    confs = " ".join(f"--conf {key}={value}" for key, value in CONF.items() if key != "spark.master")
     return f"--master {CONF['spark.master']} {confs} pyspark-shell"

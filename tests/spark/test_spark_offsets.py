@@ -34,9 +34,7 @@ def test_a_checkpoint_of_another_queue_is_refused() -> None:
         from_spark_offset(to_spark_offset("orders", 1), "invoices")
 
 
-@pytest.mark.parametrize(
-    ("spec", "expected"), [("earliest", 100), ("latest", 250), (100, 100), (180, 180), (900, 900)]
-)
+@pytest.mark.parametrize(("spec", "expected"), [("earliest", 100), ("latest", 250), (100, 100), (180, 180), (900, 900)])
 def test_resolve_start(spec: str | int, expected: int) -> None:
     assert resolve_start(spec, BOUNDS, True, "q") == expected
 
@@ -55,7 +53,7 @@ def test_resume_from_a_checkpoint() -> None:
     assert resume_from(180, BOUNDS, True, "q") == 180
     assert resume_from(250, BOUNDS, True, "q") == 250
     assert resume_from(20, BOUNDS, False, "q") == 100
-    with pytest.raises(DataLossError, match="offsets 20..99"):
+    with pytest.raises(DataLossError, match=r"offsets 20\.\.99"):
         resume_from(20, BOUNDS, True, "q")
 
 

@@ -23,9 +23,7 @@ RETAINING = {"x-stream-max-segment-size-bytes": 200, "x-max-length": 10}
 
 
 def declare_stream(session: Session, **arguments: object) -> str:
-    return session.declare_queue(
-        "range", durable=True, arguments={"x-queue-type": "stream", **arguments}
-    )
+    return session.declare_queue("range", durable=True, arguments={"x-queue-type": "stream", **arguments})
 
 
 def publish(session: Session, queue: str, count: int) -> int:

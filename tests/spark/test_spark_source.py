@@ -73,9 +73,7 @@ def make_stream(broker: BrokerProcess) -> Iterator[Callable[..., Stream]]:
     with open_session(broker.url) as session:
 
         def make(**arguments: object) -> Stream:
-            queue = session.declare_queue(
-                "spark", durable=True, arguments={"x-queue-type": "stream", **arguments}
-            )
+            queue = session.declare_queue("spark", durable=True, arguments={"x-queue-type": "stream", **arguments})
             return Stream(broker.url, queue, session)
 
         yield make
@@ -116,9 +114,7 @@ def test_batch_read_of_a_range_split_across_tasks(spark: SparkSession, stream: S
     assert row.properties.content_type is None
 
 
-def test_a_batch_read_defaults_to_the_whole_stream_and_register_works(
-    spark: SparkSession, stream: Stream
-) -> None:
+def test_a_batch_read_defaults_to_the_whole_stream_and_register_works(spark: SparkSession, stream: Stream) -> None:
     stream.publish(50)
     register(spark)
     frame = spark.read.format("lavin").option("uri", stream.url).option("queue", stream.queue)
@@ -151,9 +147,7 @@ def test_a_start_dropped_by_retention_fails_clearly_unless_allowed(
     )
     with pytest.raises(PySparkException, match=f"offsets {base}..{first - 1} .* failOnDataLoss"):
         reader.load().collect()
-    assert offsets_of(reader.option("failOnDataLoss", "false").load()) == list(
-        range(first, base + 40)
-    )
+    assert offsets_of(reader.option("failOnDataLoss", "false").load()) == list(range(first, base + 40))
 
 
 def test_available_now_honours_max_records_per_trigger_and_resumes(

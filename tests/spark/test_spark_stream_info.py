@@ -19,7 +19,7 @@ def test_parse_a_reply() -> None:
 
 
 def test_parse_an_error_reply() -> None:
-    with pytest.raises(StreamInfoError, match="^queue 'q' does not exist$"):
+    with pytest.raises(StreamInfoError, match=r"^queue 'q' does not exist$"):
         parse_stream_bounds("q", {"x-error": b"queue 'q' does not exist"})
     with pytest.raises(StreamInfoError, match="lacks offsets"):
         parse_stream_bounds("q", {})
@@ -33,10 +33,7 @@ def test_a_stream_reports_what_it_holds(broker: BrokerProcess) -> None:
         for body in (b"a", b"b", b"c"):
             session.channel.basic_publish("", queue, body)
         wait_until(
-            lambda: (
-                fetch_stream_bounds(broker.url, queue, timeout=5)
-                == StreamBounds(empty.first, empty.first + 3)
-            ),
+            lambda: fetch_stream_bounds(broker.url, queue, timeout=5) == StreamBounds(empty.first, empty.first + 3),
             "the stream holds three messages",
         )
 

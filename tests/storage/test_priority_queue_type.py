@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from lavin.api import PreconditionFailed, QueueType
 from lavin.api.message import Message, encode_properties
-from lavin.storage.toolkit import SegmentStorage
 from lavin.plugins.queues.priority import PriorityQueue
+from lavin.storage.toolkit import SegmentStorage
 
 
 def message(body: bytes, priority: int | None = None, persistent: bool = True) -> Message:
@@ -39,7 +39,9 @@ def test_higher_priority_first_and_fifo_within_a_priority(queue: PriorityQueue) 
     assert isinstance(queue, QueueType) and queue.name == "priority" and queue.max_priority == 10
     for body, priority in [(b"low", 1), (b"none", None), (b"high-1", 9), (b"mid", 5), (b"high-2", 9), (b"over", 200)]:
         queue.push(message(body, priority))
-    assert len(queue) == 6 and queue.ready_bytes == sum(map(len, [b"low", b"none", b"high-1", b"mid", b"high-2", b"over"]))
+    assert len(queue) == 6 and queue.ready_bytes == sum(
+        map(len, [b"low", b"none", b"high-1", b"mid", b"high-2", b"over"])
+    )
     peeked = queue.peek()
     assert peeked is not None and peeked[1].body == b"over"  # above the maximum counts as the maximum
     assert bodies(queue) == [b"over", b"high-1", b"high-2", b"mid", b"low", b"none"]

@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lavin.api.message import Message, encode_properties
-from lavin.api.message import is_persistent, message_priority
+from lavin.api.message import Message, encode_properties, is_persistent, message_priority
 from lavin.storage.segment_store import SegmentStore
 
 PERSISTENT = encode_properties({"delivery_mode": 2})
@@ -516,7 +515,12 @@ def test_a_message_taken_straight_after_its_push_is_the_one_stored(store: Segmen
     message_id = store.push(pushed)
     taken_id, taken, redelivered = take(store)
     assert (taken_id, redelivered) == (message_id, False)
-    assert (taken.routing_key, taken.body, taken.timestamp, taken.persistent) == ("key", b"body", pushed.timestamp, True)
+    assert (taken.routing_key, taken.body, taken.timestamp, taken.persistent) == (
+        "key",
+        b"body",
+        pushed.timestamp,
+        True,
+    )
     store.requeue([message_id])
     again = take(store)
     assert again[0] == message_id and again[2] is True

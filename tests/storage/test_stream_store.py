@@ -16,9 +16,9 @@ from lavin.api import (
 from lavin.api.message import Message, encode_properties
 from lavin.plugins.queues.stream import StreamQueueType
 from lavin.storage.stream_index import STRIDE
+from lavin.storage.stream_offsets import OFFSETS_FILE, ConsumerOffsets
 from lavin.storage.stream_store import StreamStore
 from lavin.storage.toolkit import SegmentStorage
-from lavin.storage.stream_offsets import OFFSETS_FILE, ConsumerOffsets
 
 PERSISTENT = encode_properties({"delivery_mode": 2})
 SMALL_SEGMENT = 400  # a handful of small records per segment
@@ -187,7 +187,12 @@ def test_the_plugin_reads_its_arguments(tmp_path: Path) -> None:
 
 def test_durations_use_rabbitmq_units() -> None:
     assert [parse_duration(text) for text in ("1Y", "2M", "7D", "12h", "30m", "10s")] == [
-        365 * 86_400_000, 60 * 86_400_000, 7 * 86_400_000, 12 * 3_600_000, 30 * 60_000, 10_000,
+        365 * 86_400_000,
+        60 * 86_400_000,
+        7 * 86_400_000,
+        12 * 3_600_000,
+        30 * 60_000,
+        10_000,
     ]
     assert [parse_duration(text) for text in ("0D", "D", "10", "7d", "1.5h", "-1s", "10ms")] == [None] * 7
 
