@@ -77,6 +77,23 @@ def shares(table: ConsistentHashExchange, keys: Sequence[str]) -> Counter[str]:
     return Counter(destination.name for key in keys for destination in table.route(key, NO_PROPERTIES))
 
 
+def test_a_header_that_is_not_a_string_is_hashed_by_its_text() -> None:
+    """A number, a boolean or a table in the hash header routes (no 406): by its text form,
+    so 42 and "42" reach the same queue (docs/exchanges.md)."""
+    table = ConsistentHashExchange({"hash-header": "customer"})
+    for name in ("q1", "q2", "q3", "q4"):
+        table.bind(Queue(name), "1", {})
+
+    def route(value: object) -> list[str]:
+        message = Message("x", "rk", encode_properties({"headers": {"customer": value}}), b"")
+        return [destination.name for destination in table.route("rk", message)]
+
+    assert route(42) == route("42") == route(bytearray(b"42"))
+    assert len(route(42)) == 1
+    for value in (True, 3.5, {"nested": 1}, [1, 2]):
+        assert len(route(value)) == 1
+
+
 @pytest.mark.parametrize("buckets", range(2, 21))
 def test_equal_weights_pass_a_chi_squared_test(buckets: int) -> None:
     names = [f"q{index}" for index in range(buckets)]
