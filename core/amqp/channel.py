@@ -7,6 +7,7 @@ transactions, consumers and direct reply-to have modules of their own.
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 from collections.abc import Iterable
@@ -31,6 +32,8 @@ from pamqp import commands
 if TYPE_CHECKING:
     from lavin.amqp.connection import Connection
     from lavin.broker.vhost import VHost
+
+log = logging.getLogger(__name__)
 
 _ACK_ARGS: Final = struct.Struct(">QB")
 _EXPIRATION_OR_REPLY_TO: Final = 0x03  # flags 0x0100 and 0x0200: the high byte of the flag word
@@ -394,6 +397,14 @@ class Channel:
             return
         self.release()
         self.closing = True
+        log.info(
+            "channel error on connection %s, vhost '%s', channel %d: %d %s",
+            self.connection.peer,
+            self.vhost.name,
+            self.id,
+            exc.reply_code,
+            exc.reply_text,
+        )
         self.connection.send(
             codec.method_frame(
                 self.id,

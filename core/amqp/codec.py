@@ -43,6 +43,14 @@ BASIC_ACK_ID: Final = 60 << 16 | 80
 BASIC_NACK_ID: Final = 60 << 16 | 120
 
 
+# channel.open-ok with RabbitMQ's reserved field, an empty long string: pamqp insists on "0".
+CHANNEL_OPEN_OK: Final = b"\x00\x14\x00\x0b\x00\x00\x00\x00"
+
+
+def channel_open_ok_frame(channel: int) -> bytes:
+    return b"".join((FRAME_HEAD.pack(FRAME_METHOD, channel, len(CHANNEL_OPEN_OK)), CHANNEL_OPEN_OK, FRAME_END))
+
+
 def method_frame(channel: int, method: PamqpMethod) -> bytes:
     """Encode a method frame through pamqp (control path only)."""
     return pamqp_frame.marshal(method, channel)

@@ -48,7 +48,7 @@ AWAIT_TUNE_OK: Final = 2
 AWAIT_OPEN: Final = 3
 OPEN: Final = 4
 CLOSING: Final = 5
-CLOSED: Final = 6
+CLOSED: Final = 6  # close-ok sent (the socket lingers until the client closes it) or gone
 AUTHENTICATING: Final = 7  # start-ok received, the auth backends not done yet
 
 
@@ -116,6 +116,8 @@ class Connection(asyncio.Protocol):
             channel.resume_deliveries()
 
     def data_received(self, data: bytes) -> None:
+        if self.state == CLOSED:  # close-ok sent: what the client sent before it saw it is dropped
+            return
         self._received_since_tick = True
         buffer = self.buffer
         if buffer:  # the tail of a frame from the last read
@@ -167,7 +169,9 @@ class Connection(asyncio.Protocol):
         # Frames that arrive while a login is being checked wait in the buffer.
         while end - offset >= 7 and self.state != CLOSED and self.state != AUTHENTICATING:
             frame_type, channel_id, size = unpack_head(data, offset)
-            if size + 8 > frame_max:
+            # RabbitMQ takes a payload of up to frame_max (a frame of frame_max + 8) and so do
+            # clients that split bodies that way; its error still names frame_max - 8.
+            if size > frame_max:
                 raise _frame_error(frame_type, data, offset, f"{{frame_too_large,{size},{frame_max - 8}}}")
             frame_end = offset + 7 + size
             if frame_end >= end:
@@ -234,9 +238,7 @@ class Connection(asyncio.Protocol):
         if index == commands.Connection.CloseOk.index:
             self.abort()
         elif index == commands.Connection.Close.index:
-            self.send(codec.method_frame(0, commands.Connection.CloseOk()))
-            self._flush()
-            self.abort()
+            self._answer_close()
 
     def _decode(self, payload: bytes) -> Any:
         class_id, method_id = struct.unpack_from(">HH", payload, 0)
@@ -258,9 +260,7 @@ class Connection(asyncio.Protocol):
             AWAIT_OPEN: commands.Connection.Open,
         }.get(self.state)
         if isinstance(method, commands.Connection.Close):
-            self.send(codec.method_frame(0, commands.Connection.CloseOk()))
-            self._flush()
-            self.abort()
+            self._answer_close()
         elif isinstance(method, commands.Connection.CloseOk):
             self.abort()
         elif expected is not None:
@@ -274,6 +274,11 @@ class Connection(asyncio.Protocol):
                 self._on_open(method)
         elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
             return
+        elif isinstance(method, commands.Connection.UpdateSecret):
+            # Accepted as RabbitMQ's internal backend does; no backend checks it yet
+            # (docs/compatibility.md).
+            log.info("connection %s updated its secret, reason: %r", self.peer, method.reason)
+            self.send(codec.method_frame(0, commands.Connection.UpdateSecretOk()))
         else:
             raise errors.CommandInvalid(f"unexpected '{method.name}' on channel 0")
 
@@ -396,7 +401,7 @@ class Connection(asyncio.Protocol):
             )
         assert self.vhost is not None
         self.channels[channel_id] = Channel(self, channel_id, self.vhost)
-        self.send(codec.method_frame(channel_id, commands.Channel.OpenOk()))
+        self.send(codec.channel_open_ok_frame(channel_id))
 
     def channel_closed(self, channel: Channel) -> None:
         self.channels.pop(channel.id, None)
@@ -470,6 +475,20 @@ class Connection(asyncio.Protocol):
             self._close_timer.cancel()
         self._close_timer = self.loop.call_later(CLOSE_TIMEOUT, self.abort)
 
+    def _answer_close(self) -> None:
+        """Answer the client's connection.close and wait for it to close the socket, as
+        RabbitMQ does: closing first would make the kernel answer frames still in flight
+        with a reset, which the client may see before close-ok."""
+        self._release_channels()
+        if self.vhost is not None:  # exclusive queues go at close, not when the socket does
+            self.vhost.connection_closed(self)
+        self.send(codec.method_frame(0, commands.Connection.CloseOk()))
+        self._flush()
+        self.state = CLOSED
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+        self._close_timer = self.loop.call_later(CLOSE_TIMEOUT, self.abort)
+
     def abort(self) -> None:
         self._flush()
         if self.transport is not None:
@@ -508,6 +527,9 @@ class Connection(asyncio.Protocol):
         self._received_since_tick = False
         if not self._sent_since_tick:
             self.send(codec.HEARTBEAT_FRAME)
+            # Written now, so that the heartbeat itself is not taken for traffic at the next
+            # tick: a silent connection gets one every half interval, as from RabbitMQ.
+            self._flush()
         self._sent_since_tick = False
         self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
@@ -538,7 +560,7 @@ def _content_that_follows(
     size: int
     frame_type, channel, size = codec.FRAME_HEAD.unpack_from(data, offset)
     header_end = offset + 7 + size
-    if frame_type != 2 or channel != channel_id or size < 12 or size + 8 > frame_max or header_end >= end:
+    if frame_type != 2 or channel != channel_id or size < 12 or size > frame_max or header_end >= end:
         return None
     if data[header_end] != 0xCE:
         return None
@@ -551,7 +573,7 @@ def _content_that_follows(
         return None
     frame_type, channel, size = codec.FRAME_HEAD.unpack_from(data, body_start)
     body_end = body_start + 7 + size
-    if frame_type != 3 or channel != channel_id or size != body_size or size + 8 > frame_max or body_end >= end:
+    if frame_type != 3 or channel != channel_id or size != body_size or size > frame_max or body_end >= end:
         return None
     if data[body_end] != 0xCE:
         return None
