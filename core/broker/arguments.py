@@ -113,6 +113,13 @@ def _check_arguments(
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 
+# Arguments a queue type refuses outright, by type name, with RabbitMQ's text and no
+# reason: "invalid arg 'x-max-priority' for queue 'q' in vhost '/'" (quorum, as in 3.10).
+REFUSED_QUEUE_ARGUMENTS: dict[str, tuple[str, ...]] = {"quorum": ("x-max-priority", "x-queue-mode")}
+# A quorum queue counts every message's deliveries (for `x-delivery-count`) also without
+# `x-delivery-limit`: an unreachable limit does that (counts are 32-bit).
+UNLIMITED_DELIVERIES = 2**32
+
 
 @dataclass(frozen=True)
 class QueueSettings:
@@ -165,6 +172,16 @@ def parse_queue_settings(queue: str, vhost: str, arguments: dict[str, Any]) -> Q
     single_active = arguments.get("x-single-active-consumer", False)
     if not isinstance(single_active, bool):
         raise invalid("x-single-active-consumer", f"{{unacceptable_type,{field_type(single_active)}}}")
+    delivery_limit = integer("x-delivery-limit", 0)
+    type_name = queue_type_name(arguments)
+    for refused in REFUSED_QUEUE_ARGUMENTS.get(type_name, ()):
+        if arguments.get(refused) is not None:
+            raise errors.PreconditionFailed(f"invalid arg '{refused}' for queue '{queue}' in vhost '{vhost}'")
+    if type_name == "quorum":
+        # RabbitMQ 3.10 logs a warning and uses its default for reject-publish-dlx.
+        overflow = "drop-head" if overflow == "reject-publish-dlx" else overflow
+        if delivery_limit is None:
+            delivery_limit = UNLIMITED_DELIVERIES
     return QueueSettings(
         message_ttl=integer("x-message-ttl", 0),
         expires=integer("x-expires", 1),
@@ -173,7 +190,7 @@ def parse_queue_settings(queue: str, vhost: str, arguments: dict[str, Any]) -> Q
         overflow=overflow,
         dead_letter_exchange=exchange,
         dead_letter_routing_key=routing_key,
-        delivery_limit=integer("x-delivery-limit", 0),
+        delivery_limit=delivery_limit,
         single_active_consumer=single_active,
     )
 
