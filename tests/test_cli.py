@@ -149,7 +149,7 @@ def test_unknown_plugin_fails_at_startup(tmp_path: Path) -> None:
     result = run_lavin("serve", "--data-dir", str(tmp_path / "data"), "--plugin", "no_such.plugin")
     assert result.returncode != 0
     assert "unknown plugin 'no_such.plugin'" in result.stderr
-    assert "  lavin.queues: classic, priority, stream" in result.stderr
+    assert "  lavin.queues: classic, priority, quorum, stream" in result.stderr
     assert "Traceback" not in result.stderr
 
 
