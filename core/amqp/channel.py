@@ -12,7 +12,7 @@ import struct
 import time
 from collections.abc import Iterable
 from itertools import takewhile
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from lavin.amqp import codec
 from lavin.amqp.confirms import PublisherConfirms
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 _ACK_ARGS: Final = struct.Struct(">QB")
 _EXPIRATION_OR_REPLY_TO: Final = 0x03  # flags 0x0100 and 0x0200: the high byte of the flag word
 _HEADER_ARGS: Final = struct.Struct(">HHQ")
+_USER_ID: Final = 0x10  # flag 0x0010: the low byte of the flag word
+_IMMEDIATE: Final = 0x02  # the second bit of basic.publish's flags
 
 # An unacked delivery: where it settles, the store's message id, and the consumer (None
 # for basic.get).
@@ -90,7 +92,7 @@ class Channel:
                 tag, bits = _ACK_ARGS.unpack_from(payload, 4)
                 self.ack(tag, bool(bits & 1))
             else:
-                method = self.connection._decode(payload)
+                method = self._decode(payload)
                 handler = HANDLERS.get(type(method))
                 if handler is None:
                     raise errors.CommandInvalid(f"method '{method.name}' is not allowed from a client")
@@ -103,6 +105,20 @@ class Channel:
             if exc.connection_level:
                 raise
             self.close_with_error(exc)
+
+    def _decode(self, payload: bytes) -> Any:
+        """A control method through the connection's decoder. A name or key that is not
+        UTF-8 closes only the channel (406), like a name RabbitMQ refuses, instead of
+        failing the whole connection as a malformed frame."""
+        try:
+            return self.connection._decode(payload)
+        except errors.FrameError:
+            try:
+                codec.decode_method(payload)
+            except ValueError as exc:
+                if isinstance(exc.__cause__, UnicodeDecodeError):
+                    raise errors.PreconditionFailed("invalid UTF-8 in a name or key") from None
+            raise
 
     def _method_while_closing(self, payload: bytes) -> None:
         index: int = codec.METHOD_ID.unpack_from(payload, 0)[0]
@@ -197,10 +213,13 @@ class Channel:
         properties = self._properties
         message = Message(exchange, routing_key, properties, body, int(time.time() * 1000))
         try:
-            if len(properties) > 1 and properties[0] & _EXPIRATION_OR_REPLY_TO:
-                message_expiration(message)  # 406 for an invalid expiration, before anything is stored
-                reply_consumer = self.reply_consumer
-                rewrite_reply_to(message, reply_consumer.address if reply_consumer is not None else None)
+            if len(properties) > 1:
+                if properties[0] & _EXPIRATION_OR_REPLY_TO:
+                    message_expiration(message)  # 406 for an invalid expiration, before anything is stored
+                    reply_consumer = self.reply_consumer
+                    rewrite_reply_to(message, reply_consumer.address if reply_consumer is not None else None)
+                if properties[1] & _USER_ID:
+                    self._check_user_id(message)
             if self.tx is not None:
                 self.vhost.publishable_exchange(exchange)  # fail now, as RabbitMQ does; route at commit
                 self.tx.add_publish(exchange, mandatory, message)
@@ -209,6 +228,16 @@ class Channel:
         except errors.ChannelError as exc:
             exc.class_id, exc.method_id = 60, 40
             self.close_with_error(exc)
+
+    def _check_user_id(self, message: Message) -> None:
+        """406 when the user-id property names someone other than the authenticated user."""
+        user = self.connection.user
+        assert user is not None  # channels open only after login
+        claimed = message.props.get("user_id")
+        if claimed != user.name and "impersonator" not in user.tags:
+            raise errors.PreconditionFailed(
+                f"user_id property set to '{claimed}' but authenticated user was '{user.name}'"
+            )
 
     def route(self, exchange: str, mandatory: bool, message: Message) -> bool:
         """Publish through the vhost and answer for it (return, confirm); returns True when
@@ -330,14 +359,16 @@ class Channel:
     def _take(self, tag: int, multiple: bool, remove: bool = True) -> list[Unacked]:
         """The unacked deliveries an ack/nack/reject names; 406 for an unknown tag."""
         unacked = self.unacked
-        if multiple:
+        if tag not in unacked:
+            # Tag 0 with multiple means all; any other tag must itself be outstanding, even
+            # when smaller ones are (as RabbitMQ: nothing is settled then).
+            if tag or not multiple:
+                raise errors.PreconditionFailed(f"unknown delivery tag {tag}")
+            tags = list(unacked)
+        elif multiple:
             # Tags are handed out in increasing order, so the dict holds them sorted.
-            tags = list(takewhile(lambda t: t <= tag, unacked)) if tag else list(unacked)
-            if not tags and tag:
-                raise errors.PreconditionFailed(f"unknown delivery tag {tag}")
+            tags = list(takewhile(lambda t: t <= tag, unacked))
         else:
-            if tag not in unacked:
-                raise errors.PreconditionFailed(f"unknown delivery tag {tag}")
             tags = [tag]
         if not remove:
             return []
@@ -431,7 +462,8 @@ class Channel:
 
 
 def _parse_publish(payload: bytes) -> tuple[str, str, bool] | None:
-    """(exchange, routing key, mandatory) of a basic.publish payload, None when malformed."""
+    """(exchange, routing key, mandatory) of a basic.publish payload, None when malformed.
+    Raises 540 for immediate=true, which RabbitMQ does not implement either."""
     try:
         offset = 6  # class, method, ticket
         size = payload[offset]
@@ -440,6 +472,9 @@ def _parse_publish(payload: bytes) -> tuple[str, str, bool] | None:
         size = payload[offset]
         routing_key = payload[offset + 1 : offset + 1 + size].decode()
         offset += 1 + size
-        return exchange, routing_key, bool(payload[offset] & 1)
+        flags = payload[offset]
     except (IndexError, UnicodeDecodeError):
         return None
+    if flags & _IMMEDIATE:
+        raise errors.NotImplemented_("immediate=true", 60, 40)
+    return exchange, routing_key, bool(flags & 1)

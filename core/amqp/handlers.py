@@ -6,6 +6,7 @@ and sends the reply unless the client asked for nowait.
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -16,15 +17,19 @@ from lavin.amqp.consumer import ChannelConsumer
 from lavin.amqp.transaction import Transaction
 from lavin.api import errors
 from lavin.broker.arguments import parse_consumer_priority
-from lavin.broker.direct_reply import PSEUDO_QUEUE
+from lavin.broker.direct_reply import ADDRESS_PREFIX, PSEUDO_QUEUE
 from lavin.broker.queue import MessageQueue, Queue
 from lavin.broker.stream_queue import StreamQueue
+from lavin.broker.vhost import check_not_default_exchange
 from pamqp import commands as c
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Channel
 
 Handler = Callable[["Channel", Any], None]
+
+_DECLARE_OK_ID = b"\x00\x32\x00\x0b"  # queue.declare-ok: class 50, method 11
+_COUNTS = struct.Struct(">II")
 
 
 def _reply(channel: Channel, method: Any) -> None:
@@ -108,32 +113,51 @@ def exchange_delete(channel: Channel, method: c.Exchange.Delete) -> None:
         _reply(channel, c.Exchange.DeleteOk())
 
 
-def _exchange_binding(channel: Channel, method: c.Exchange.Bind | c.Exchange.Unbind, bind: bool) -> None:
+def exchange_bind(channel: Channel, method: c.Exchange.Bind) -> None:
     vhost = channel.vhost
     destination = vhost.get_exchange(method.destination)
     source = vhost.get_exchange(method.source)
-    change = vhost.bind if bind else vhost.unbind
-    change(source, destination, method.routing_key, _args(method.arguments))
+    vhost.bind(source, destination, method.routing_key, _args(method.arguments))
     if not method.nowait:
-        _reply(channel, c.Exchange.BindOk() if bind else c.Exchange.UnbindOk())
-
-
-def exchange_bind(channel: Channel, method: c.Exchange.Bind) -> None:
-    _exchange_binding(channel, method, bind=True)
+        _reply(channel, c.Exchange.BindOk())
 
 
 def exchange_unbind(channel: Channel, method: c.Exchange.Unbind) -> None:
-    _exchange_binding(channel, method, bind=False)
+    vhost = channel.vhost
+    check_not_default_exchange(method.source)
+    check_not_default_exchange(method.destination)
+    destination = vhost.exchanges.get(method.destination)
+    source = vhost.exchanges.get(method.source)
+    # RabbitMQ answers unbind-ok when an end is missing: the binding is gone either way.
+    if source is not None and destination is not None:
+        vhost.unbind(source, destination, method.routing_key, _args(method.arguments))
+    if not method.nowait:
+        _reply(channel, c.Exchange.UnbindOk())
 
 
 # ---- queues ----------------------------------------------------------------------------
 
 
+def _declare_ok(channel: Channel, name: str, message_count: int, consumer_count: int) -> None:
+    """queue.declare-ok encoded here: pamqp would refuse names RabbitMQ allows (any UTF-8)."""
+    payload = b"".join((_DECLARE_OK_ID, codec.shortstr(name), _COUNTS.pack(message_count, consumer_count)))
+    channel.connection.send(
+        b"".join((codec.FRAME_HEAD.pack(codec.FRAME_METHOD, channel.id, len(payload)), payload, codec.FRAME_END))
+    )
+
+
 def queue_declare(channel: Channel, method: c.Queue.Declare) -> None:
     if method.queue == PSEUDO_QUEUE:
-        _reply(channel, c.Queue.DeclareOk(PSEUDO_QUEUE, 0, 0))  # the pseudo-queue always exists
+        _declare_ok(channel, PSEUDO_QUEUE, 0, 0)  # the pseudo-queue always exists
         return
     name = method.queue
+    if method.passive and name.startswith(ADDRESS_PREFIX):
+        # A reply address exists while its requester consumes the pseudo-queue, as in RabbitMQ.
+        if not channel.connection.broker.replies.is_live(name):
+            raise errors.NotFound(f"no queue '{name}' in vhost '{channel.vhost.name}'")
+        if not method.nowait:
+            _declare_ok(channel, name, 0, 1)
+        return
     if method.passive and not name:
         name = _queue_name(channel, name)
     queue = channel.vhost.declare_queue(
@@ -147,7 +171,7 @@ def queue_declare(channel: Channel, method: c.Queue.Declare) -> None:
     )
     channel.last_queue_name = queue.name
     if not method.nowait:
-        _reply(channel, c.Queue.DeclareOk(queue.name, queue.message_count, queue.consumer_count))
+        _declare_ok(channel, queue.name, queue.message_count, queue.consumer_count)
 
 
 def queue_bind(channel: Channel, method: c.Queue.Bind) -> None:
@@ -159,9 +183,14 @@ def queue_bind(channel: Channel, method: c.Queue.Bind) -> None:
 
 
 def queue_unbind(channel: Channel, method: c.Queue.Unbind) -> None:
-    queue = _queue(channel, method.queue)
-    exchange = channel.vhost.get_exchange(method.exchange)
-    channel.vhost.unbind(exchange, queue, method.routing_key, _args(method.arguments))
+    vhost = channel.vhost
+    check_not_default_exchange(method.exchange)
+    queue = vhost.queues.get(_queue_name(channel, method.queue))
+    exchange = vhost.exchanges.get(method.exchange)
+    # RabbitMQ answers unbind-ok when an end is missing: the binding is gone either way.
+    if queue is not None and exchange is not None:
+        vhost.check_exclusive(queue, channel.connection)
+        vhost.unbind(exchange, queue, method.routing_key, _args(method.arguments))
     _reply(channel, c.Queue.UnbindOk())
 
 

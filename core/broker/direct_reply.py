@@ -38,6 +38,10 @@ class ReplyRegistry:
     def unregister(self, address: str) -> None:
         self._consumers.pop(address, None)
 
+    def is_live(self, address: str) -> bool:
+        """Whether a reply address still has its consumer (for a passive queue.declare)."""
+        return address in self._consumers
+
     def deliver(self, message: Message) -> bool:
         """Hand a message routed to a reply address to its consumer; False when the
         routing key is no live address."""

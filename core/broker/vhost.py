@@ -16,6 +16,7 @@ from lavin.api.message import Message
 from lavin.api.queue import QueueType, StreamType
 from lavin.broker.arguments import (
     QueueSettings,
+    check_durable_declaration,
     check_exchange_equivalence,
     check_queue_equivalence,
     parse_queue_settings,
@@ -69,7 +70,7 @@ class VHost:
     def start(self) -> None:
         """Create the built-in exchanges and recover durable definitions."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.data_dir / ".vhost").write_text(self.name)
+        (self.data_dir / ".vhost").write_text(self.name, encoding="utf-8")
         shutil.rmtree(self.transient_dir, ignore_errors=True)
         # The default exchange exists for passive declares; routing to it is special-cased.
         self.exchanges[""] = Exchange(
@@ -171,10 +172,9 @@ class VHost:
         internal: bool,
         arguments: dict[str, Any],
     ) -> Exchange:
+        check_not_default_exchange(name)  # passive too, as RabbitMQ
         if passive:
             return self.get_exchange(name)
-        if name == "":
-            raise errors.AccessRefused("operation not permitted on the default exchange")
         existing = self.exchanges.get(name)
         if existing is not None:
             check_exchange_equivalence(existing, self.name, type_name, durable, auto_delete, internal, arguments)
@@ -210,8 +210,7 @@ class VHost:
         return exchange
 
     def delete_exchange(self, name: str, *, if_unused: bool) -> None:
-        if name == "":
-            raise errors.AccessRefused("operation not permitted on the default exchange")
+        check_not_default_exchange(name)
         if name.startswith("amq."):
             raise errors.AccessRefused(f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed")
         exchange = self.exchanges.get(name)
@@ -314,6 +313,10 @@ class VHost:
             )
             settings = QueueSettings()  # a stream's limits are retention, which its store applies
         else:
+            if queue_type.durable_only:
+                check_durable_declaration(
+                    name, self.name, durable=durable, exclusive=owner is not None, auto_delete=auto_delete
+                )
             settings = parse_queue_settings(name, self.name, arguments)
         persistent = durable and owner is None
         parent = self.data_dir if persistent else self.transient_dir
@@ -325,7 +328,7 @@ class VHost:
                 f"invalid arg '{exc.argument}' for queue '{name}' in vhost '{self.name}': {exc.reason}"
             ) from None
         if persistent:
-            (path / ".queue").write_text(name)
+            (path / ".queue").write_text(name, encoding="utf-8")
         declaration = QueueDeclaration(name, durable, owner, auto_delete, arguments)
         queue: Queue
         if isinstance(store, StreamType):
@@ -362,8 +365,8 @@ class VHost:
     # ---- bindings ------------------------------------------------------------------------
 
     def bind(self, source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
-        if source.name == "" or destination.name == "":
-            raise errors.AccessRefused("operation not permitted on the default exchange")
+        check_not_default_exchange(source.name)
+        check_not_default_exchange(destination.name)
         self._bind(source, destination, routing_key, arguments, persist=True)
 
     def _bind(
@@ -384,8 +387,8 @@ class VHost:
             self._changed("binding", source.name, "declared")
 
     def unbind(self, source: Exchange, destination: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
-        if source.name == "" or destination.name == "":
-            raise errors.AccessRefused("operation not permitted on the default exchange")
+        check_not_default_exchange(source.name)
+        check_not_default_exchange(destination.name)
         if not source.table.unbind(destination, routing_key, arguments):
             return
         if not source.table.is_bound(destination):
@@ -463,3 +466,9 @@ class VHost:
         if exchange.internal:
             raise errors.AccessRefused(f"cannot publish to internal exchange '{name}' in vhost '{self.name}'")
         return exchange
+
+
+def check_not_default_exchange(name: str) -> None:
+    """403 for any declare, delete or binding that names the default exchange."""
+    if name == "":
+        raise errors.AccessRefused("operation not permitted on the default exchange")
