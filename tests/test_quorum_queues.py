@@ -5,7 +5,6 @@ and refuses, and the QueueTypeKit run against the type."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pika
@@ -26,9 +25,7 @@ from helpers import (
     round_trip,
     unique_name,
 )
-from lavin.api import PreconditionFailed
 from lavin.plugins.queues.quorum import QuorumQueue
-from lavin.storage.toolkit import SegmentStorage
 from lavin.testing import QueueTypeKit
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.spec import PERSISTENT_DELIVERY_MODE, BasicProperties
@@ -38,10 +35,6 @@ pytestmark = pytest.mark.timeout(60)
 
 QUORUM: dict[str, Any] = {"x-queue-type": "quorum"}
 PERSISTENT = BasicProperties(delivery_mode=PERSISTENT_DELIVERY_MODE)
-NOT_DURABLE_TEXT = (
-    "PRECONDITION_FAILED - invalid property 'non-durable' or 'exclusive-owner' for a queue of type quorum: "
-    "quorum queues are durable and not exclusive"
-)
 
 
 def quorum(**arguments: Any) -> dict[str, Any]:
@@ -77,10 +70,8 @@ class TestQuorumQueueKit(QueueTypeKit):
         return bool(request.param)
 
 
-def test_the_type_refuses_a_transient_store(tmp_path: Path) -> None:
-    with pytest.raises(PreconditionFailed):
-        QuorumQueue.create(tmp_path / "queue", QUORUM, False, SegmentStorage())
-    assert not (tmp_path / "queue").exists()
+def test_the_type_is_for_durable_queues_only() -> None:
+    assert QuorumQueue.durable_only
 
 
 # --------------------------------------------------------------------------- through pika
@@ -204,20 +195,34 @@ def test_overflow_reject_publish_dlx_behaves_as_drop_head(broker: BrokerProcess)
 
 Declare = Callable[[BlockingChannel, str], object]
 
+# RabbitMQ names the first refused property in this order: auto-delete, exclusive, non-durable.
 REFUSED_PROPERTIES = [
-    pytest.param(lambda ch, q: ch.queue_declare(q, durable=False, arguments=QUORUM), id="non-durable"),
-    pytest.param(lambda ch, q: ch.queue_declare(q, durable=True, exclusive=True, arguments=QUORUM), id="exclusive"),
+    pytest.param(lambda ch, q: ch.queue_declare(q, durable=False, arguments=QUORUM), "non-durable", id="non-durable"),
     pytest.param(
-        lambda ch, q: ch.queue_declare(q, durable=False, exclusive=True, arguments=QUORUM), id="transient-exclusive"
+        lambda ch, q: ch.queue_declare(q, durable=True, exclusive=True, arguments=QUORUM),
+        "exclusive-owner",
+        id="exclusive",
+    ),
+    pytest.param(
+        lambda ch, q: ch.queue_declare(q, durable=True, auto_delete=True, arguments=QUORUM),
+        "auto-delete",
+        id="auto-delete",
+    ),
+    pytest.param(
+        lambda ch, q: ch.queue_declare(q, durable=False, exclusive=True, arguments=QUORUM),
+        "exclusive-owner",
+        id="transient-exclusive",
     ),
 ]
 
 
-@pytest.mark.parametrize("declare", REFUSED_PROPERTIES)
-def test_only_durable_shared_queues(broker: BrokerProcess, declare: Declare) -> None:
+@pytest.mark.parametrize(("declare", "refused"), REFUSED_PROPERTIES)
+def test_only_durable_shared_queues(broker: BrokerProcess, declare: Declare, refused: str) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.track_queue(unique_name("quorum"))
-        with closes_channel(406, NOT_DURABLE_TEXT):
+        with closes_channel(
+            406, f"PRECONDITION_FAILED - invalid property '{refused}' for queue '{queue}' in vhost '/'"
+        ):
             declare(amqp.channel, queue)
         assert not _exists(amqp.new_channel(), queue)
 

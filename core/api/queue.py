@@ -41,6 +41,10 @@ class MessageStore(ABC):
     """What queue types and stream types have in common."""
 
     name: ClassVar[str]
+    # A type for durable, shared queues only (stream, quorum): the core refuses a
+    # non-durable, exclusive or auto-delete declaration of it with RabbitMQ's texts, before
+    # `create` is called.
+    durable_only: ClassVar[bool] = False
 
     def __init__(self, path: Path, arguments: Arguments, durable: bool) -> None:
         self.path = path
@@ -157,6 +161,8 @@ class StreamType(MessageStore):
     each consumer a cursor, tracks acks, and reads only offsets it knows are on disk (below
     what it last passed to `synced`).
     """
+
+    durable_only = True
 
     @property
     @abstractmethod

@@ -209,3 +209,12 @@ def parse_consumer_priority(queue: str, vhost: str, arguments: dict[str, Any]) -
     if not isinstance(failover, bool):
         raise invalid("x-cancel-on-ha-failover", f"{{unacceptable_type,{field_type(failover)}}}")
     return priority
+
+
+def check_durable_declaration(name: str, vhost: str, *, durable: bool, exclusive: bool, auto_delete: bool) -> None:
+    """406 for a queue of a durable-only type (stream, quorum) declared as something else,
+    with RabbitMQ's texts and in its order."""
+    refused_properties = ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"), (not durable, "non-durable"))
+    for refused, property_name in refused_properties:
+        if refused:
+            raise errors.PreconditionFailed(f"invalid property '{property_name}' for queue '{name}' in vhost '{vhost}'")

@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from lavin.api import Message, StreamType, errors
-from lavin.broker.arguments import QueueSettings
+from lavin.broker.arguments import QueueSettings, check_durable_declaration
 from lavin.broker.consumer import Consumer
 from lavin.broker.queue import DRAIN_BATCH, NEEDS_SYNC, Queue, QueueDeclaration
 from lavin.broker.stream_consumer import (
@@ -58,10 +58,7 @@ def check_stream_declaration(
     for argument in arguments:  # the first refused one in the client's order, as RabbitMQ reports
         if argument in UNSUPPORTED_ARGUMENTS:
             raise errors.PreconditionFailed(f"invalid arg '{argument}' for {resource} of queue type stream")
-    refused_properties = ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"), (not durable, "non-durable"))
-    for refused, property_name in refused_properties:
-        if refused:
-            raise errors.PreconditionFailed(f"invalid property '{property_name}' for {resource}")
+    check_durable_declaration(name, vhost, durable=durable, exclusive=exclusive, auto_delete=auto_delete)
 
 
 class StreamQueue(Queue):

@@ -4,8 +4,8 @@ Applications written for RabbitMQ 3.10 declare `x-queue-type: quorum` for queues
 not lose messages. On one node a quorum queue is a durable FIFO queue with a few rules of
 its own, split between this type and the core:
 
-- Durable only. `create` refuses a transient store (a non-durable or an exclusive queue)
-  with 406; it cannot see `auto_delete`, which is accepted.
+- Durable only (`durable_only`): the core refuses a non-durable, exclusive or auto-delete
+  declaration with RabbitMQ's texts, as it does for streams.
 - The core refuses `x-max-priority` and `x-queue-mode` ("invalid arg 'x-max-priority' for
   queue 'q' in vhost '/'", as RabbitMQ 3.10 does), counts the deliveries of every quorum
   queue (the `x-delivery-count` header, also without `x-delivery-limit`) and treats
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lavin.api import Arguments, InvalidArgument, PreconditionFailed, QueueType, StorageToolkit, field_type
+from lavin.api import Arguments, InvalidArgument, QueueType, StorageToolkit, field_type
 
 DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
 
@@ -76,15 +76,9 @@ class QuorumQueue(QueueType):
 
     name = "quorum"
 
+    durable_only = True  # the core refuses non-durable, exclusive and auto-delete declarations
+
     @classmethod
     def create(cls, path: Path, arguments: Arguments, durable: bool, storage: StorageToolkit) -> QueueType:
         check_quorum_arguments(arguments)
-        if not durable:
-            # The core passes durable=False for a non-durable and for an exclusive queue
-            # alike, and without the queue's name; RabbitMQ refuses both. Auto-delete is
-            # not visible here at all (see docs/queues.md).
-            raise PreconditionFailed(
-                "invalid property 'non-durable' or 'exclusive-owner' for a queue of type quorum: "
-                "quorum queues are durable and not exclusive"
-            )
         return storage.fifo_store(path, durable)
