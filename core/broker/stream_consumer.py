@@ -5,6 +5,11 @@ deliveries on the consumer's `StreamReader` (acks release prefetch credit only: 
 keeps every message). For server-side offset tracking the reader knows the offset up to
 which everything was acked: the first delivered offset not acked yet, or the read
 position when nothing is outstanding (messages its filter passed over count as acked).
+
+Which consumers are tracked (`tracking`): a consumer tag the client chose, and either no
+`x-stream-offset` or LavinMQ's `x-stream-automatic-offset-tracking: true`; that argument
+set to false turns tracking off. A tracked consumer with a stored offset starts there,
+whatever `x-stream-offset` says; without one it starts where `x-stream-offset` says.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ if TYPE_CHECKING:
     from lavin.broker.stream_queue import StreamQueue
 
 OFFSET_ARGUMENT = "x-stream-offset"
+TRACKING_ARGUMENT = "x-stream-automatic-offset-tracking"
 FILTER_ARGUMENT = "x-stream-filter"
 MATCH_UNFILTERED_ARGUMENT = "x-stream-match-unfiltered"
 FILTER_VALUE_HEADER = "x-stream-filter-value"
@@ -99,8 +105,9 @@ def start_offset(queue: StreamQueue, value: object) -> int:
 
     `first`, `last` (the last message), `next` (what comes next; also when absent), an
     offset, an AMQP timestamp (seconds: the first message that arrived at or after it) or
-    a duration such as `10m` (messages of the last ten minutes). Offsets outside the
-    stream are moved to its nearest end.
+    a duration such as `10m` (messages of the last ten minutes). A negative integer -N
+    replays the last N messages, as in LavinMQ. Offsets outside the stream are moved to
+    its nearest end.
     """
     first, end = queue.store.first_offset, queue.committed_offset
     if isinstance(value, bytes):
@@ -119,23 +126,47 @@ def start_offset(queue: StreamQueue, value: object) -> int:
     elif isinstance(value, datetime):
         wanted = queue.store.offset_at(int(value.timestamp() * 1000))
     elif isinstance(value, int) and not isinstance(value, bool):
-        wanted = value
+        wanted = value if value >= 0 else end + value  # -N: the last N messages
     else:
         raise _invalid_offset(queue, value)
     return min(max(wanted, first), end)
 
 
 def _invalid_offset(queue: StreamQueue, value: object) -> errors.PreconditionFailed:
-    shown = f'<<"{value}">>' if isinstance(value, str) else str(value)
+    return _invalid_arg(queue, OFFSET_ARGUMENT, "invalid_stream_offset_arg", value)
+
+
+def _invalid_arg(queue: StreamQueue, argument: str, reason: str, value: object) -> errors.PreconditionFailed:
+    if isinstance(value, str):
+        shown = f'<<"{value}">>'
+    else:
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
     return errors.PreconditionFailed(
-        f"invalid arg '{OFFSET_ARGUMENT}' for queue '{queue.name}' in vhost '{queue.vhost.name}': "
-        f"{{invalid_stream_offset_arg,{{{field_type(value)},{shown}}}}}"
+        f"invalid arg '{argument}' for queue '{queue.name}' in vhost '{queue.vhost.name}': "
+        f"{{{reason},{{{field_type(value)},{shown}}}}}"
     )
 
 
-def is_tracked(consumer: Consumer) -> bool:
-    """Server-side offset tracking: a consumer tag the client chose, and no start offset."""
-    return not consumer.tag.startswith(GENERATED_TAG_PREFIX) and OFFSET_ARGUMENT not in consumer.arguments
+def tracking(queue: StreamQueue, consumer: Consumer) -> bool:
+    """Whether the broker stores and restores this consumer's offset.
+
+    Only a tag the client chose can be resumed. `x-stream-automatic-offset-tracking` (a
+    boolean, or the string `true`/`false` as LavinMQ also reads it) decides when given;
+    otherwise a consumer is tracked when it gives no `x-stream-offset`.
+    """
+    arguments = consumer.arguments
+    flag = arguments.get(TRACKING_ARGUMENT)
+    if isinstance(flag, bytes):
+        flag = flag.decode(errors="replace")
+    if flag in ("true", "false"):
+        flag = flag == "true"
+    if flag is not None and not isinstance(flag, bool):
+        raise _invalid_arg(queue, TRACKING_ARGUMENT, "invalid_automatic_offset_tracking_arg", flag)
+    if consumer.tag.startswith(GENERATED_TAG_PREFIX):
+        return False
+    if flag is None:
+        return OFFSET_ARGUMENT not in arguments
+    return flag
 
 
 class StreamReader:
@@ -159,12 +190,13 @@ class StreamReader:
         consumer: Consumer,
         cursor: StreamCursor,
         stream_filter: StreamFilter | None,
+        tracked: bool,
     ) -> None:
         self._queue = queue
         self.consumer = consumer
         self.cursor = cursor
         self.filter = stream_filter
-        self.tracked = is_tracked(consumer)
+        self.tracked = tracked
         self.active = True
         self._outstanding: deque[int] = deque()  # delivered offsets, ascending, not settled yet
         self._settled: set[int] = set()  # settled out of order, still behind an outstanding one

@@ -19,9 +19,9 @@ from lavin.broker.queue import DRAIN_BATCH, NEEDS_SYNC, Queue, QueueDeclaration
 from lavin.broker.stream_consumer import (
     OFFSET_ARGUMENT,
     StreamReader,
-    is_tracked,
     parse_filter,
     start_offset,
+    tracking,
 )
 from lavin.storage.stream_offsets import ConsumerOffsets
 
@@ -142,13 +142,14 @@ class StreamQueue(Queue):
             raise errors.NotImplemented_(f"automatic acknowledgement not supported by stream {resource}")
         if consumer.shares_credit():
             raise errors.NotImplemented_(f"{resource} does not support global qos")
-        stored = self._offsets.get(consumer.tag) if is_tracked(consumer) else None
-        if stored is not None:
+        tracked = tracking(self, consumer)
+        # Checked even when a stored offset wins, so that a bad argument is always refused.
+        start = start_offset(self, consumer.arguments.get(OFFSET_ARGUMENT))
+        stored = self._offsets.get(consumer.tag) if tracked else None
+        if stored is not None:  # a tracked consumer resumes where it acked, whatever it asked for
             start = min(max(stored, self.store.first_offset), self._committed)
-        else:
-            start = start_offset(self, consumer.arguments.get(OFFSET_ARGUMENT))
         cursor = self.store.cursor(start)
-        self._readers[consumer] = StreamReader(self, consumer, cursor, parse_filter(consumer.arguments))
+        self._readers[consumer] = StreamReader(self, consumer, cursor, parse_filter(consumer.arguments), tracked)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         reader = self._readers.pop(consumer, None)
