@@ -66,6 +66,9 @@ class Config:
     segment_size: int = 8 * MiB
     auth_backends: tuple[str, ...] = ("guest",)
     default_vhost: str = "/"
+    # ms a delivery may stay unacknowledged before its channel is closed (RabbitMQ's
+    # default, 30 minutes); 0 disables the check. A queue's x-consumer-timeout overrides it.
+    consumer_timeout: int = 1_800_000
     # plugin name -> its `[plugin.NAME]` section, handed to the plugin's lavin_configure hook
     plugin_settings: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -89,6 +92,8 @@ class Config:
             raise StartupError("channel_max must be between 0 and 65535")
         if self.max_message_size <= 0 or self.segment_size <= 0:
             raise StartupError("max_message_size and segment_size must be positive")
+        if self.consumer_timeout < 0:
+            raise StartupError("consumer_timeout must be 0 (disabled) or a positive number of milliseconds")
         if not self.auth_backends:
             raise StartupError("auth_backends must name at least one backend")
 
@@ -131,6 +136,7 @@ INI_KEYS: Mapping[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "segment_size"): ("segment_size", int),
     ("main", "auth_backends"): ("auth_backends", _comma_list),
     ("main", "default_vhost"): ("default_vhost", str),
+    ("main", "consumer_timeout"): ("consumer_timeout", int),
     ("amqp", "bind"): ("bind", str),
     ("amqp", "port"): ("amqp_port", int),
     ("amqp", "heartbeat"): ("heartbeat", int),

@@ -7,9 +7,11 @@ transactions, consumers and direct reply-to have modules of their own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import struct
 import time
+from collections import deque
 from collections.abc import Iterable
 from itertools import takewhile
 from typing import TYPE_CHECKING, Any, Final
@@ -25,7 +27,7 @@ from lavin.api.message import Message
 from lavin.broker.consumer import Settles
 from lavin.broker.direct_reply import rewrite_reply_to
 from lavin.broker.expiry import message_expiration
-from lavin.broker.queue import NEEDS_SYNC, MessageQueue
+from lavin.broker.queue import NEEDS_SYNC, MessageQueue, Queue
 from lavin.broker.vhost import UNROUTED
 from pamqp import commands
 
@@ -40,6 +42,8 @@ _EXPIRATION_OR_REPLY_TO: Final = 0x03  # flags 0x0100 and 0x0200: the high byte 
 _HEADER_ARGS: Final = struct.Struct(">HHQ")
 _USER_ID: Final = 0x10  # flag 0x0010: the low byte of the flag word
 _IMMEDIATE: Final = 0x02  # the second bit of basic.publish's flags
+# The consumer timeout check runs every eighth of the timeout, at most this many seconds apart.
+_TIMEOUT_CHECK_MAX: Final = 5.0
 
 # An unacked delivery: where it settles, the store's message id, and the consumer (None
 # for basic.get).
@@ -69,6 +73,12 @@ class Channel:
         self._expect_header = False
         self.confirms: PublisherConfirms | None = None  # after confirm.select
         self.tx: Transaction | None = None  # after tx.select
+        # Consumer timeout: one timer per channel, armed while deliveries may be unacked.
+        # Deliveries record no time: each check notes (highest tag so far, now), so the
+        # oldest unacked tag was delivered no later than the first note covering it.
+        self._arm_timeout = False  # the next manual-ack delivery arms the timer
+        self._timeout_timer: asyncio.TimerHandle | None = None
+        self._tag_notes: deque[tuple[int, float]] = deque()
 
     # ---- frames in -----------------------------------------------------------------------
 
@@ -278,6 +288,8 @@ class Channel:
             self.unacked[tag] = (settles, message_id, consumer)
             consumer.unacked += 1
             self.consumer_unacked += 1
+            if self._arm_timeout:
+                self._watch_unacked(tag, consumer.queue)
         connection = self.connection
         connection.send(
             codec.deliver_frames(
@@ -317,10 +329,62 @@ class Channel:
             queue.ack(message_id)
         else:
             self.unacked[tag] = (queue, message_id, None)
+            if self._timeout_timer is None:
+                self._watch_unacked(tag, queue)  # RabbitMQ times out basic.get deliveries too
         self.connection.send(
             codec.get_ok_frame(self.id, tag, redelivered, message.exchange, message.routing_key, queue.message_count)
             + codec.content_frames(self.id, message.properties, message.body, self.connection.frame_max)
         )
+
+    # ---- consumer timeout ----------------------------------------------------------------
+
+    def consumer_timeout(self, queue: Queue) -> int:
+        """Milliseconds a delivery from `queue` may stay unacked; 0: no limit."""
+        own = queue.settings.consumer_timeout
+        return self.connection.broker.config.consumer_timeout if own is None else own
+
+    def _watch_unacked(self, tag: int, queue: Queue) -> None:
+        """Arm the channel's timer for the delivery `tag` that has just been made."""
+        timeout = self.consumer_timeout(queue)
+        if not timeout:
+            return
+        self._arm_timeout = False
+        loop = self.connection.loop
+        self._tag_notes.append((tag, loop.time()))
+        self._timeout_timer = loop.call_later(_check_period(timeout), self._check_timeout)
+
+    def _check_timeout(self) -> None:
+        """Close the channel when its oldest unacked delivery is older than its queue's
+        timeout; RabbitMQ also looks at the oldest only."""
+        self._timeout_timer = None
+        unacked = self.unacked
+        notes = self._tag_notes
+        if self.closing or not unacked:
+            notes.clear()
+            self._arm_timeout = self._has_timed_consumer()
+            return
+        loop = self.connection.loop
+        now = loop.time()
+        if self._next_tag > notes[-1][0]:
+            notes.append((self._next_tag, now))
+        oldest = next(iter(unacked))
+        while notes[0][0] < oldest:  # everything up to that tag is settled
+            notes.popleft()
+        settles, _, consumer = unacked[oldest]
+        queue = consumer.queue if consumer is not None else settles
+        timeout = self.consumer_timeout(queue) if isinstance(queue, Queue) else 0
+        if timeout and (now - notes[0][1]) * 1000 >= timeout:
+            self.close_with_error(
+                errors.PreconditionFailed(
+                    f"delivery acknowledgement on channel {self.id} timed out. Timeout value used: {timeout} ms. "
+                    "This timeout value can be configured, see consumers doc guide to learn more"
+                )
+            )
+            return
+        self._timeout_timer = loop.call_later(_check_period(timeout), self._check_timeout)
+
+    def _has_timed_consumer(self) -> bool:
+        return any(not c.no_ack and self.consumer_timeout(c.queue) for c in self.consumers.values())
 
     def resume_deliveries(self) -> None:
         for consumer in self.consumers.values():
@@ -401,6 +465,8 @@ class Channel:
 
     def add_consumer(self, consumer: ChannelConsumer) -> None:
         self.consumers[consumer.tag] = consumer
+        if self._timeout_timer is None and not consumer.no_ack and self.consumer_timeout(consumer.queue):
+            self._arm_timeout = True
         consumer.queue.add_consumer(consumer)
 
     def cancel_consumer(self, tag: str) -> None:
@@ -448,6 +514,11 @@ class Channel:
     def release(self) -> None:
         """Cancel consumers and requeue unacked deliveries (channel or connection closed)."""
         self.stop_reply_consumer()
+        if self._timeout_timer is not None:
+            self._timeout_timer.cancel()
+            self._timeout_timer = None
+        self._arm_timeout = False
+        self._tag_notes.clear()
         for consumer in list(self.consumers.values()):
             self.consumers.pop(consumer.tag, None)
             consumer.queue.remove_consumer(consumer)
@@ -459,6 +530,11 @@ class Channel:
             self.tx.rollback()
         self._publish = None
         self._body_parts = []
+
+
+def _check_period(timeout: int) -> float:
+    """Seconds between consumer timeout checks; a timeout fires at most about two late."""
+    return min(timeout / 8000, _TIMEOUT_CHECK_MAX) if timeout else _TIMEOUT_CHECK_MAX
 
 
 def _parse_publish(payload: bytes) -> tuple[str, str, bool] | None:

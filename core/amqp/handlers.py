@@ -245,6 +245,11 @@ def basic_consume(channel: Channel, method: c.Basic.Consume) -> None:
     priority = parse_consumer_priority(queue.name, channel.vhost.name, arguments)
     consumer = ChannelConsumer(channel, queue, tag, bool(method.no_ack), bool(method.exclusive), arguments, priority)
     if isinstance(queue, StreamQueue):
+        if "x-priority" in arguments:  # a stream reader has no place in a priority order
+            raise errors.PreconditionFailed(
+                f"invalid arg 'x-priority' for queue '{queue.name}' in vhost '{channel.vhost.name}' "
+                "of queue type stream"
+            )
         queue.prepare_reader(consumer)  # a stream's consumer rules, checked before consume-ok
     if not method.nowait:
         _reply(channel, c.Basic.ConsumeOk(consumer_tag=tag))

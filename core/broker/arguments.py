@@ -29,6 +29,7 @@ COMPARED_QUEUE_ARGUMENTS = (
     "x-single-active-consumer",
     "x-delivery-limit",
     "x-queue-mode",
+    "x-consumer-timeout",
 )
 COMPARED_EXCHANGE_ARGUMENTS = ("alternate-exchange",)
 
@@ -134,6 +135,7 @@ class QueueSettings:
     dead_letter_routing_key: str | None = None
     delivery_limit: int | None = None
     single_active_consumer: bool = False
+    consumer_timeout: int | None = None  # ms; None: the broker's consumer_timeout, 0: none
 
 
 def parse_queue_settings(queue: str, vhost: str, arguments: dict[str, Any]) -> QueueSettings:
@@ -192,6 +194,7 @@ def parse_queue_settings(queue: str, vhost: str, arguments: dict[str, Any]) -> Q
         dead_letter_routing_key=routing_key,
         delivery_limit=delivery_limit,
         single_active_consumer=single_active,
+        consumer_timeout=integer("x-consumer-timeout", 0),
     )
 
 
