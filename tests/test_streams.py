@@ -261,15 +261,22 @@ def test_prefetch_limits_unacked_deliveries_and_acks_release_credit(broker: Brok
         assert [offset_of(m) for m in consumer.wait_for(4)] == [0, 1, 2, 3]
 
 
-def test_a_nack_with_requeue_comes_back_to_the_same_consumer(broker: BrokerProcess) -> None:
+@pytest.mark.parametrize("method", ["basic.nack", "basic.reject"])
+def test_a_stream_delivery_cannot_be_nacked_or_rejected(broker: BrokerProcess, method: str) -> None:
+    """As in RabbitMQ: a log keeps its messages, so there is nothing to reject (540)."""
     with open_session(broker.url) as session:
         queue = declare_stream(session)
-        publish(session, queue, 2)
+        publish(session, queue, 1)
         consumer = subscribe(session.connection, queue, **{"x-stream-offset": "first"})
-        consumer.wait_for(2)
-        consumer.channel.basic_nack(consumer.deliveries[0].delivery_tag, requeue=True)
-        again = consumer.wait_for(3)[2]
-        assert (offset_of(again), again.body, again.redelivered) == (0, b"m0", True)
+        [message] = consumer.wait_for(1)
+        refused = "basic.nack and basic.reject not supported by stream queues"
+        text = f"NOT_IMPLEMENTED - {refused} {resource('queue', queue)}"
+        with closes_connection(540, text):
+            if method == "basic.nack":
+                consumer.channel.basic_nack(message.delivery_tag, requeue=True)
+            else:
+                consumer.channel.basic_reject(message.delivery_tag)
+            process_for(session.connection, 1.0)
 
 
 def test_a_stream_consumer_needs_a_prefetch(broker: BrokerProcess) -> None:

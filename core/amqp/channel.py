@@ -28,6 +28,7 @@ from lavin.broker.consumer import Settles
 from lavin.broker.direct_reply import rewrite_reply_to
 from lavin.broker.expiry import message_expiration
 from lavin.broker.queue import NEEDS_SYNC, MessageQueue, Queue
+from lavin.broker.stream_consumer import StreamReader
 from lavin.broker.vhost import UNROUTED
 from pamqp import commands
 
@@ -401,7 +402,7 @@ class Channel:
 
     def reject(self, tag: int, multiple: bool, requeue: bool) -> None:
         if self.tx is not None:
-            self._take(tag, multiple, remove=False)
+            self._take(tag, multiple, remove=False, rejecting=True)
             self.tx.add_settlement(tag, multiple, requeue)
         else:
             self.reject_now(tag, multiple, requeue)
@@ -412,7 +413,7 @@ class Channel:
         self.resume_deliveries()
 
     def reject_now(self, tag: int, multiple: bool, requeue: bool) -> None:
-        entries = self._take(tag, multiple)
+        entries = self._take(tag, multiple, rejecting=True)
         if requeue:
             self._requeue(entries)
         else:
@@ -420,8 +421,9 @@ class Channel:
                 queue.reject(message_id)
         self.resume_deliveries()
 
-    def _take(self, tag: int, multiple: bool, remove: bool = True) -> list[Unacked]:
-        """The unacked deliveries an ack/nack/reject names; 406 for an unknown tag."""
+    def _take(self, tag: int, multiple: bool, remove: bool = True, rejecting: bool = False) -> list[Unacked]:
+        """The unacked deliveries an ack/nack/reject names; 406 for an unknown tag, 540 for
+        a nack/reject of a stream delivery (nothing is settled then)."""
         unacked = self.unacked
         if tag not in unacked:
             # Tag 0 with multiple means all; any other tag must itself be outstanding, even
@@ -434,6 +436,14 @@ class Channel:
             tags = list(takewhile(lambda t: t <= tag, unacked))
         else:
             tags = [tag]
+        if rejecting:
+            for t in tags:
+                settles, _, consumer = unacked[t]
+                if isinstance(settles, StreamReader) and consumer is not None:
+                    raise errors.NotImplemented_(
+                        "basic.nack and basic.reject not supported by stream queues "
+                        f"queue '{consumer.queue.name}' in vhost '{self.vhost.name}'"
+                    )
         if not remove:
             return []
         entries = [unacked.pop(t) for t in tags]
