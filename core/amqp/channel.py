@@ -23,7 +23,7 @@ from lavin.amqp.handlers import HANDLERS
 from lavin.amqp.reply_consumer import ReplyConsumer
 from lavin.amqp.transaction import Transaction
 from lavin.api import errors
-from lavin.api.message import Message
+from lavin.api.message import Message, check_properties
 from lavin.broker.consumer import Settles
 from lavin.broker.direct_reply import rewrite_reply_to
 from lavin.broker.expiry import message_expiration
@@ -223,6 +223,11 @@ class Channel:
         exchange, routing_key, mandatory = publish
         properties = self._properties
         message = Message(exchange, routing_key, properties, body, int(time.time() * 1000))
+        if len(properties) != 2 or properties[0] or properties[1]:  # not simply "no properties"
+            try:
+                check_properties(message)
+            except ValueError as exc:
+                raise errors.SyntaxError_(f"malformed properties in basic.publish: {exc}", 60, 40) from None
         try:
             if len(properties) > 1:
                 if properties[0] & _EXPIRATION_OR_REPLY_TO:

@@ -84,6 +84,52 @@ def message_priority(properties: bytes) -> int:
     return properties[offset] if offset < len(properties) else 0
 
 
+# The property flag word: each field's bit, in wire order; which of them are octets, the
+# timestamp and the headers table (the others are shortstrs); the bits no field uses.
+_FIELD_BITS: Final[tuple[int, ...]] = (
+    0x8000, 0x4000, 0x2000, 0x1000, 0x0800, 0x0400, 0x0200, 0x0100, 0x0080, 0x0040, 0x0020, 0x0010, 0x0008, 0x0004
+)  # fmt: skip
+_OCTET_BITS: Final = 0x1000 | 0x0800
+_TIMESTAMP_BIT: Final = 0x0040
+_TABLE_BIT: Final = 0x2000
+_SHORTSTR_BITS: Final = 0xFFFC & ~(_OCTET_BITS | _TIMESTAMP_BIT | _TABLE_BIT)
+_UNUSED_BITS: Final = 0x0003
+
+
+def check_properties(message: Message) -> None:
+    """Raise ValueError unless the message's raw properties are well formed, so that nothing
+    malformed is stored and fails to decode later. A headers table is decoded (and the
+    result kept on the message); other fields are only measured, which costs a few integer
+    operations for the usual persistent-only or empty properties."""
+    raw = message.properties
+    size = len(raw)
+    if size < 2:
+        raise ValueError("property flags missing")
+    flags: int = _U16.unpack_from(raw, 0)[0]
+    if flags & _UNUSED_BITS:
+        raise ValueError(f"unknown property flags {flags & _UNUSED_BITS:#06x}")
+    if flags & _TABLE_BIT:
+        message.props  # noqa: B018 - decoding is the check
+        return
+    offset = 2
+    if flags & _SHORTSTR_BITS:
+        for bit in _FIELD_BITS:
+            if not flags & bit:
+                continue
+            if bit & _OCTET_BITS:
+                offset += 1
+            elif bit == _TIMESTAMP_BIT:
+                offset += 8
+            elif offset < size:
+                offset += 1 + raw[offset]
+            else:
+                raise ValueError("truncated properties")
+    else:
+        offset += (flags >> 12 & 1) + (flags >> 11 & 1) + (8 if flags & _TIMESTAMP_BIT else 0)
+    if offset != size:
+        raise ValueError("truncated properties" if offset > size else "trailing bytes after properties")
+
+
 def decode_properties(raw: bytes) -> dict[str, Any]:
     """Decode a property flag word and its fields into a dict of the fields present.
 
