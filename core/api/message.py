@@ -105,7 +105,7 @@ def check_properties(message: Message) -> None:
     size = len(raw)
     if size < 2:
         raise ValueError("property flags missing")
-    flags: int = _U16.unpack_from(raw, 0)[0]
+    flags = raw[0] << 8 | raw[1]
     if flags & _UNUSED_BITS:
         raise ValueError(f"unknown property flags {flags & _UNUSED_BITS:#06x}")
     if flags & _TABLE_BIT:
