@@ -295,3 +295,24 @@ def test_invalid_utf8_in_a_name_closes_only_the_channel(broker: BrokerProcess, c
         assert (close.class_id, close.method_id) == (class_id, method_id)
         raw.open_channel(channel + 1)  # the connection goes on
         assert passive_reply_code(amqp.connection, "queue", "bad-\ufffd\ufffd") == 404
+
+
+@pytest.mark.parametrize("bad_field", ["exchange", "routing-key"])
+def test_invalid_utf8_in_a_publish_closes_only_the_channel(broker: BrokerProcess, bad_field: str) -> None:
+    bad, good = b"bad-\xff\xfe", b"q"
+    exchange, routing_key = (bad, good) if bad_field == "exchange" else (b"", bad)
+    payload = struct.pack(">HHH", 60, 40, 0) + bytes((len(exchange),)) + exchange
+    payload += bytes((len(routing_key),)) + routing_key + b"\x00"
+    header = struct.pack(">HHQ", 60, 0, 2) + commands.Basic.Properties().marshal()
+    with RawClient(broker.port) as raw:
+        channel = raw.open_channel()
+        # Method, header and body in one write: the fast path hands it to the ordinary one.
+        raw.send_bytes(
+            encode_frame(FRAME_METHOD, channel, payload)
+            + encode_frame(FRAME_HEADER, channel, header)
+            + encode_frame(FRAME_BODY, channel, b"hi")
+        )
+        close = raw.expect(channel, commands.Channel.Close)
+        assert (close.reply_code, close.reply_text) == (406, "PRECONDITION_FAILED - invalid UTF-8 in a name or key")
+        assert (close.class_id, close.method_id) == (60, 40)
+        raw.open_channel(channel + 1)  # the connection goes on

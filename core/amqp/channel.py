@@ -140,7 +140,10 @@ class Channel:
             self.connection.channel_closed(self)
 
     def _start_publish(self, payload: bytes) -> None:
-        publish = _parse_publish(payload)
+        try:
+            publish = _parse_publish(payload)
+        except UnicodeDecodeError:
+            raise errors.PreconditionFailed("invalid UTF-8 in a name or key") from None
         if publish is None:
             raise errors.FrameError(f"cannot decode {payload[4:36]!r}", 60, 40)
         self._publish = publish
@@ -154,7 +157,10 @@ class Channel:
         """
         if self.closing or self._expect_header or self._publish is not None:
             return False
-        publish = _parse_publish(method)
+        try:
+            publish = _parse_publish(method)
+        except UnicodeDecodeError:
+            return False  # the ordinary path refuses it
         if publish is None or len(header) < 14 or header[0] != 0 or header[1] != codec.BASIC_CLASS:
             return False
         if len(body) > self.connection.broker.config.max_message_size:
@@ -553,8 +559,9 @@ def _check_period(timeout: int) -> float:
 
 
 def _parse_publish(payload: bytes) -> tuple[str, str, bool] | None:
-    """(exchange, routing key, mandatory) of a basic.publish payload, None when malformed.
-    Raises 540 for immediate=true, which RabbitMQ does not implement either."""
+    """(exchange, routing key, mandatory) of a basic.publish payload, None when truncated.
+    Raises UnicodeDecodeError for a name that is not UTF-8, and 540 for immediate=true,
+    which RabbitMQ does not implement either."""
     try:
         offset = 6  # class, method, ticket
         size = payload[offset]
@@ -564,7 +571,7 @@ def _parse_publish(payload: bytes) -> tuple[str, str, bool] | None:
         routing_key = payload[offset + 1 : offset + 1 + size].decode()
         offset += 1 + size
         flags = payload[offset]
-    except (IndexError, UnicodeDecodeError):
+    except IndexError:
         return None
     if flags & _IMMEDIATE:
         raise errors.NotImplemented_("immediate=true", 60, 40)
