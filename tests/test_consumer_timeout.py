@@ -4,18 +4,13 @@ channel close requeues the message. Also: a stream consumer takes no `x-priority
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from broker_process import BrokerFactory, BrokerProcess
 from helpers import Consumer, closes_channel, open_session, process_for, resource, round_trip
-from lavin.amqp.channel import Channel
-from lavin.broker.arguments import QueueSettings
-from lavin.config import Config
 from pika.adapters.blocking_connection import BlockingChannel
 from queue_helpers import invalid_arg_text
 
@@ -110,24 +105,6 @@ def test_an_invalid_queue_argument_is_refused(broker: BrokerProcess, value: obje
         name = "consumer-timeout-invalid"
         with closes_channel(406, invalid_arg_text("x-consumer-timeout", name, reason)):
             session.channel.queue_declare(name, arguments={"x-consumer-timeout": value})
-
-
-def test_no_timer_runs_while_nothing_is_unacked() -> None:
-    loop = asyncio.new_event_loop()
-    try:
-        connection = SimpleNamespace(loop=loop, broker=SimpleNamespace(config=Config(consumer_timeout=200)))
-        channel = Channel(connection, 1, SimpleNamespace(name="/"))  # type: ignore[arg-type]
-        queue = SimpleNamespace(settings=QueueSettings())
-        channel._next_tag = 1
-        channel.unacked[1] = (queue, 0, None)  # type: ignore[assignment]
-        channel._watch_unacked(1, queue)  # type: ignore[arg-type]
-        assert channel._timeout_timer is not None
-        del channel.unacked[1]  # acked before the check
-        loop.run_until_complete(asyncio.sleep(0.1))  # the check runs once (every 25 ms when armed)
-        assert channel._timeout_timer is None and not channel._arm_timeout
-        assert not loop._scheduled  # type: ignore[attr-defined]
-    finally:
-        loop.close()
 
 
 # ---- streams ---------------------------------------------------------------------------

@@ -127,7 +127,9 @@ class Channel:
             try:
                 codec.decode_method(payload)
             except ValueError as exc:
-                if isinstance(exc.__cause__, UnicodeDecodeError):
+                # pamqp raises a ValueError caused by the UnicodeDecodeError (only its context
+                # is set when the call comes from compiled code), or the error itself.
+                if any(isinstance(e, UnicodeDecodeError) for e in (exc, exc.__cause__, exc.__context__)):
                     raise errors.PreconditionFailed("invalid UTF-8 in a name or key") from None
             raise
 
