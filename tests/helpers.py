@@ -269,6 +269,21 @@ def get_message(channel: BlockingChannel, queue: str, *, auto_ack: bool = False)
     )
 
 
+def await_message(channel: BlockingChannel, queue: str, what: str) -> Message:
+    """Poll `queue` with basic.get (auto-ack) until a message is there; fail with `what` if
+    none comes."""
+    found: list[Message] = []
+
+    def arrived() -> bool:
+        message = get_message(channel, queue, auto_ack=True)
+        if message is not None:
+            found.append(message)
+        return bool(found)
+
+    wait_until(arrived, what)
+    return found[0]
+
+
 def get_messages(channel: BlockingChannel, queue: str, count: int, *, auto_ack: bool = False) -> list[Message]:
     """Exactly `count` messages by basic.get; fails if the queue runs dry first."""
     messages = []

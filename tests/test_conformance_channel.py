@@ -18,6 +18,7 @@ from helpers import (
     FRAME_METHOD,
     Consumer,
     RawClient,
+    await_message,
     closes_channel,
     declare_ok,
     drain,
@@ -30,7 +31,6 @@ from helpers import (
     publish_all,
     round_trip,
     unique_name,
-    wait_until,
 )
 from lavin.api import AuthBackend, User
 from lavin.config import Config
@@ -219,15 +219,7 @@ def test_passive_declare_of_a_reply_address_exists_while_its_requester_consumes(
             channel = requester.channel()
             channel.basic_consume(REPLY_TO, lambda *args: None, auto_ack=True)
             channel.basic_publish("", request_queue, b"ping", BasicProperties(reply_to=REPLY_TO))
-            request = None
-
-            def request_arrived() -> bool:
-                nonlocal request
-                request = get_message(server.channel, request_queue, auto_ack=True)
-                return request is not None
-
-            wait_until(request_arrived, "the request arrives")
-            assert request is not None
+            request = await_message(server.channel, request_queue, "the request arrives")
             address = request.properties.reply_to
             result = server.channel.queue_declare(address, passive=True).method
             assert (result.queue, result.message_count, result.consumer_count) == (address, 0, 1)

@@ -6,12 +6,11 @@ import pika
 import pytest
 from broker_process import BrokerProcess
 from helpers import (
+    await_message,
     closes_channel,
-    get_message,
     open_session,
     process_until,
     round_trip,
-    wait_until,
 )
 
 REPLY_TO = "amq.rabbitmq.reply-to"
@@ -27,15 +26,7 @@ def test_rpc_round_trip_through_the_pseudo_queue(broker: BrokerProcess) -> None:
         client.channel.basic_publish(
             "", request_queue, b"ping", pika.BasicProperties(reply_to=REPLY_TO, correlation_id="c-1")
         )
-        request = None
-
-        def request_arrived() -> bool:
-            nonlocal request
-            request = get_message(server.channel, request_queue, auto_ack=True)
-            return request is not None
-
-        wait_until(request_arrived, "the request arrives")
-        assert request is not None
+        request = await_message(server.channel, request_queue, "the request arrives")
         assert request.properties.reply_to.startswith(REPLY_TO + "."), request.properties.reply_to
         server.channel.basic_publish(
             "",
