@@ -79,7 +79,9 @@ class Channel:
         # oldest unacked tag was delivered no later than the first note covering it.
         self._arm_timeout = False  # the next manual-ack delivery arms the timer
         self._timeout_timer: asyncio.TimerHandle | None = None
-        self._tag_notes: deque[tuple[int, float]] = deque()
+        # (highest delivery tag, loop time) noted at each check; made on first use, as most
+        # channels never arm the timer and an empty deque costs hundreds of bytes
+        self._tag_notes: deque[tuple[int, float]] | None = None
 
     # ---- frames in -----------------------------------------------------------------------
 
@@ -364,6 +366,8 @@ class Channel:
             return
         self._arm_timeout = False
         loop = self.connection.loop
+        if self._tag_notes is None:
+            self._tag_notes = deque()
         self._tag_notes.append((tag, loop.time()))
         self._timeout_timer = loop.call_later(_check_period(timeout), self._check_timeout)
 
@@ -373,6 +377,7 @@ class Channel:
         self._timeout_timer = None
         unacked = self.unacked
         notes = self._tag_notes
+        assert notes is not None  # the timer runs only after _watch_unacked
         if self.closing or not unacked:
             notes.clear()
             self._arm_timeout = self._has_timed_consumer()
@@ -541,7 +546,8 @@ class Channel:
             self._timeout_timer.cancel()
             self._timeout_timer = None
         self._arm_timeout = False
-        self._tag_notes.clear()
+        if self._tag_notes is not None:
+            self._tag_notes.clear()
         for consumer in list(self.consumers.values()):
             self.consumers.pop(consumer.tag, None)
             consumer.queue.remove_consumer(consumer)
