@@ -27,6 +27,7 @@ HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 FRAME_HEAD: Final = struct.Struct(">BHI")
 METHOD_ID: Final = struct.Struct(">I")
 U16: Final = struct.Struct(">H")
+_DECLARE_OK_COUNTS: Final = struct.Struct(">II")
 U64: Final = struct.Struct(">Q")
 HEADER_HEAD: Final = struct.Struct(">BHIHHQ")  # frame head + class, weight, body size
 DELIVER_TAIL: Final = struct.Struct(">QB")
@@ -39,6 +40,7 @@ BASIC_ACK: Final = 60 << 16 | 80
 BASIC_DELIVER_ID: Final = b"\x00\x3c\x00\x3c"
 BASIC_GET_OK_ID: Final = b"\x00\x3c\x00\x47"
 BASIC_RETURN_ID: Final = b"\x00\x3c\x00\x32"
+QUEUE_DECLARE_OK_ID: Final = b"\x00\x32\x00\x0b"
 BASIC_ACK_ID: Final = 60 << 16 | 80
 BASIC_NACK_ID: Final = 60 << 16 | 120
 
@@ -47,8 +49,19 @@ BASIC_NACK_ID: Final = 60 << 16 | 120
 CHANNEL_OPEN_OK: Final = b"\x00\x14\x00\x0b\x00\x00\x00\x00"
 
 
+def encoded_method_frame(channel: int, payload: bytes) -> bytes:
+    """A method frame around a payload (method id and arguments) encoded by hand."""
+    return b"".join((FRAME_HEAD.pack(FRAME_METHOD, channel, len(payload)), payload, FRAME_END))
+
+
 def channel_open_ok_frame(channel: int) -> bytes:
-    return b"".join((FRAME_HEAD.pack(FRAME_METHOD, channel, len(CHANNEL_OPEN_OK)), CHANNEL_OPEN_OK, FRAME_END))
+    return encoded_method_frame(channel, CHANNEL_OPEN_OK)
+
+
+def declare_ok_frame(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
+    """queue.declare-ok encoded here: pamqp would refuse names RabbitMQ allows (any UTF-8)."""
+    counts = _DECLARE_OK_COUNTS.pack(message_count, consumer_count)
+    return encoded_method_frame(channel, QUEUE_DECLARE_OK_ID + shortstr(queue) + counts)
 
 
 def method_frame(channel: int, method: PamqpMethod) -> bytes:
@@ -159,14 +172,14 @@ def get_ok_frame(
             struct.pack(">I", message_count),
         )
     )
-    return b"".join((FRAME_HEAD.pack(FRAME_METHOD, channel, len(tail)), tail, FRAME_END))
+    return encoded_method_frame(channel, tail)
 
 
 def return_frame(channel: int, reply_code: int, reply_text: str, exchange: str, routing_key: str) -> bytes:
     tail = b"".join(
         (BASIC_RETURN_ID, U16.pack(reply_code), shortstr(reply_text), shortstr(exchange), shortstr(routing_key))
     )
-    return b"".join((FRAME_HEAD.pack(FRAME_METHOD, channel, len(tail)), tail, FRAME_END))
+    return encoded_method_frame(channel, tail)
 
 
 def confirm_frame(channel: int, delivery_tag: int, multiple: bool, ack: bool = True) -> bytes:

@@ -6,7 +6,6 @@ and sends the reply unless the client asked for nowait.
 
 from __future__ import annotations
 
-import struct
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -27,9 +26,6 @@ if TYPE_CHECKING:
     from lavin.amqp.channel import Channel
 
 Handler = Callable[["Channel", Any], None]
-
-_DECLARE_OK_ID = b"\x00\x32\x00\x0b"  # queue.declare-ok: class 50, method 11
-_COUNTS = struct.Struct(">II")
 
 
 def _reply(channel: Channel, method: Any) -> None:
@@ -139,11 +135,7 @@ def exchange_unbind(channel: Channel, method: c.Exchange.Unbind) -> None:
 
 
 def _declare_ok(channel: Channel, name: str, message_count: int, consumer_count: int) -> None:
-    """queue.declare-ok encoded here: pamqp would refuse names RabbitMQ allows (any UTF-8)."""
-    payload = b"".join((_DECLARE_OK_ID, codec.shortstr(name), _COUNTS.pack(message_count, consumer_count)))
-    channel.connection.send(
-        b"".join((codec.FRAME_HEAD.pack(codec.FRAME_METHOD, channel.id, len(payload)), payload, codec.FRAME_END))
-    )
+    channel.connection.send(codec.declare_ok_frame(channel.id, name, message_count, consumer_count))
 
 
 def queue_declare(channel: Channel, method: c.Queue.Declare) -> None:
