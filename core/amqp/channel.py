@@ -28,7 +28,6 @@ from lavin.broker.consumer import Settles
 from lavin.broker.direct_reply import rewrite_reply_to
 from lavin.broker.expiry import message_expiration
 from lavin.broker.queue import NEEDS_SYNC, MessageQueue, Queue
-from lavin.broker.stream_consumer import StreamReader
 from lavin.broker.vhost import UNROUTED
 from pamqp import commands
 
@@ -440,8 +439,9 @@ class Channel:
         self.resume_deliveries()
 
     def _take(self, tag: int, multiple: bool, remove: bool = True, rejecting: bool = False) -> list[Unacked]:
-        """The unacked deliveries an ack/nack/reject names; 406 for an unknown tag, 540 for
-        a nack/reject of a stream delivery (nothing is settled then)."""
+        """The unacked deliveries an ack/nack/reject names; 406 for an unknown tag. A nack or
+        reject (`rejecting`) is refused, settling nothing, when a delivery's settle target
+        says so (a stream's: 540)."""
         unacked = self.unacked
         if tag not in unacked:
             # Tag 0 with multiple means all; any other tag must itself be outstanding, even
@@ -456,12 +456,7 @@ class Channel:
             tags = [tag]
         if rejecting:
             for t in tags:
-                settles, _, consumer = unacked[t]
-                if isinstance(settles, StreamReader) and consumer is not None:
-                    raise errors.NotImplemented_(
-                        "basic.nack and basic.reject not supported by stream queues "
-                        f"queue '{consumer.queue.name}' in vhost '{self.vhost.name}'"
-                    )
+                unacked[t][0].check_rejectable()
         if not remove:
             return []
         entries = [unacked.pop(t) for t in tags]

@@ -21,6 +21,10 @@ class Settles(Protocol):
 
     def reject(self, message_id: int) -> None: ...
 
+    def check_rejectable(self) -> None:
+        """Raise when a delivery settled here may not be nacked or rejected; called for
+        every delivery a nack/reject names before any of them is settled."""
+
     def requeue(self, message_ids: Iterable[int]) -> None: ...
 
 

@@ -406,6 +406,9 @@ class MessageQueue(Queue):
         if self._delivery_counts is not None:
             self._delivery_counts.forget(message_id)
 
+    def check_rejectable(self) -> None:
+        """Any delivery of a queue may be nacked or rejected."""
+
     def reject(self, message_id: int) -> None:
         """Rejected without requeue: dead-lettered when the queue has a DLX, else dropped."""
         if self.deleted:

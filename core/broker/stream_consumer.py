@@ -257,9 +257,14 @@ class StreamReader:
     def ack(self, offset: int) -> None:
         self._settle(offset)
 
+    def check_rejectable(self) -> None:
+        """A log keeps its messages: nothing to reject (540, RabbitMQ's text)."""
+        raise errors.NotImplemented_(
+            f"basic.nack and basic.reject not supported by stream queues {self._queue.resource()}"
+        )
+
     def reject(self, offset: int) -> None:
-        """Rejected without requeue: the consumer is done with it, as with an ack."""
-        self._settle(offset)
+        self.check_rejectable()
 
     def requeue(self, offsets: Iterable[int]) -> None:
         """Nacked with requeue or recovered: sent again to this consumer, marked redelivered.

@@ -85,7 +85,7 @@ class StreamQueue(Queue):
     def message_count(self) -> int:
         return self._committed - self.store.first_offset
 
-    def _resource(self) -> str:
+    def resource(self) -> str:
         return f"queue '{self.name}' in vhost '{self.vhost.name}'"
 
     # ---- publishing and commits ------------------------------------------------------------
@@ -111,7 +111,7 @@ class StreamQueue(Queue):
         if not ok:
             # The publishers get nacks; the messages show once a later sync covers them.
             log.error(
-                "stream %s: fsync failed; offsets from %d wait for the next sync", self._resource(), self._committed
+                "stream %s: fsync failed; offsets from %d wait for the next sync", self.resource(), self._committed
             )
             return
         if upto > self._committed:
@@ -135,7 +135,7 @@ class StreamQueue(Queue):
     def prepare_reader(self, consumer: Consumer) -> None:
         """Check a new consumer against the stream's rules and place its cursor; called
         before consume-ok, so that a refusal comes instead of it."""
-        resource = self._resource()
+        resource = self.resource()
         if not consumer.prefetch:
             raise errors.PreconditionFailed(f"consumer prefetch count is not set for stream {resource}")
         if consumer.no_ack:

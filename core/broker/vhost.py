@@ -419,11 +419,9 @@ class VHost:
         """Route a message and store it wherever it goes: Queue.publish's result for all of
         its queues or-ed together, with UNROUTED when nothing took it. A queue whose
         consumers fall behind slows `publisher` down. Raises 404/403 for a missing or
-        internal exchange and 406 for malformed properties, before anything is stored."""
-        try:
-            targets = self.route(exchange_name, message)
-        except ValueError as exc:
-            raise errors.PreconditionFailed(f"invalid message properties: {exc}") from None
+        internal exchange, before anything is stored. The properties were checked when the
+        message was published (`check_properties`), so routing can decode them."""
+        targets = self.route(exchange_name, message)
         status = STORED
         for target in targets:
             result = target.publish(message)
