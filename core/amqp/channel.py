@@ -401,8 +401,12 @@ class Channel:
             return
         self._timeout_timer = loop.call_later(_check_period(timeout), self._check_timeout)
 
+    def _is_timed(self, consumer: ChannelConsumer) -> bool:
+        """Whether `consumer`'s deliveries can time out (manual acks, a timeout on its queue)."""
+        return not consumer.no_ack and bool(self.consumer_timeout(consumer.queue))
+
     def _has_timed_consumer(self) -> bool:
-        return any(not c.no_ack and self.consumer_timeout(c.queue) for c in self.consumers.values())
+        return any(self._is_timed(consumer) for consumer in self.consumers.values())
 
     def resume_deliveries(self) -> None:
         for consumer in self.consumers.values():
@@ -488,7 +492,7 @@ class Channel:
 
     def add_consumer(self, consumer: ChannelConsumer) -> None:
         self.consumers[consumer.tag] = consumer
-        if self._timeout_timer is None and not consumer.no_ack and self.consumer_timeout(consumer.queue):
+        if self._timeout_timer is None and self._is_timed(consumer):
             self._arm_timeout = True
         consumer.queue.add_consumer(consumer)
 
