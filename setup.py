@@ -22,6 +22,7 @@ HOT_MODULES = (
     "amqp/confirms.py",
     "amqp/connection.py",
     "amqp/consumer.py",
+    "api/field_table.py",
     "api/message.py",
     "broker/consumer.py",
     "broker/delivery_counts.py",

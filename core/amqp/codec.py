@@ -1,4 +1,5 @@
-"""Frame encoding for the hot path, by hand; everything else through pamqp.
+"""Frame encoding for the hot path, by hand; everything else through pamqp. Control
+methods are decoded here into pamqp's classes.
 
 Deliveries, content headers, bodies and confirms are spliced from pre-built pieces so
 that sending a message costs a few bytes operations, not a pamqp object per frame.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
+from lavin.api.field_table import decode_table
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.base import Frame as PamqpMethod
@@ -27,6 +29,7 @@ HEARTBEAT_FRAME: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 FRAME_HEAD: Final = struct.Struct(">BHI")
 METHOD_ID: Final = struct.Struct(">I")
 U16: Final = struct.Struct(">H")
+U32: Final = struct.Struct(">I")
 _DECLARE_OK_COUNTS: Final = struct.Struct(">II")
 U64: Final = struct.Struct(">Q")
 HEADER_HEAD: Final = struct.Struct(">BHIHHQ")  # frame head + class, weight, body size
@@ -189,16 +192,72 @@ def confirm_frame(channel: int, delivery_tag: int, multiple: bool, ack: bool = T
     return ACK_FRAME.pack(FRAME_METHOD, channel, 13, BASIC_NACK_ID, delivery_tag, multiple, FRAME_END_BYTE)
 
 
-def decode_method(payload: bytes) -> PamqpMethod:
-    """Decode a control-path method payload (class, method id, arguments) with pamqp.
+def _arguments(method_class: type[PamqpMethod]) -> tuple[tuple[str, str], ...]:
+    """A method's arguments, (attribute, kind) in wire order, as pamqp's class defines them."""
+    return tuple((name, method_class.amqp_type(name)) for name in method_class.__slots__)
 
-    Raises KeyError for an unknown method and ValueError for malformed arguments.
+
+_ARGUMENTS: Final = {index: _arguments(method_class) for index, method_class in commands.INDEX_MAPPING.items()}
+_NUMBERS: Final[dict[str, struct.Struct]] = {
+    "octet": struct.Struct(">B"),
+    "short": U16,
+    "long": U32,
+    "longlong": U64,
+}
+
+
+def decode_method(payload: bytes) -> PamqpMethod:
+    """Decode a control-path method payload (class, method id, arguments) into pamqp's
+    class for it. The arguments are read here in one pass, tables by lavin.api.field_table
+    (pamqp's decoder is quadratic in a table's size and recurses without bound), and must
+    fill the payload exactly, as RabbitMQ requires.
+
+    Raises KeyError for an unknown method, UnicodeDecodeError for a short string (a name,
+    a key) or table key that is not UTF-8, and ValueError for other malformed arguments.
+    A long string comes as latin-1 text, whatever its bytes.
     """
     (index,) = METHOD_ID.unpack_from(payload, 0)
     method_class: type[PamqpMethod] = commands.INDEX_MAPPING[index]
-    method = object.__new__(method_class)  # unmarshal sets every field
+    method = object.__new__(method_class)  # every field is set below
+    offset = 4
+    bits = 0
+    bit = 8  # the next bit of `bits`; 8: the next bit argument starts a new octet
+    value: object
     try:
-        method.unmarshal(payload[4:])
-    except (struct.error, IndexError, UnicodeDecodeError, TypeError) as exc:
-        raise ValueError(str(exc)) from exc
+        for name, kind in _ARGUMENTS[index]:
+            if kind == "bit":
+                if bit == 8:
+                    bits = payload[offset]
+                    offset += 1
+                    bit = 0
+                value = bool(bits >> bit & 1)
+                bit += 1
+            else:
+                bit = 8
+                value, offset = _argument(payload, offset, kind)
+            setattr(method, name, value)
+    except (IndexError, struct.error):
+        raise ValueError("truncated method arguments") from None
+    if offset != len(payload):
+        raise ValueError("trailing bytes after method arguments")
     return method
+
+
+def _argument(payload: bytes, offset: int, kind: str) -> tuple[object, int]:
+    """The argument of `kind` (any but a bit) at `offset`, and the offset past it."""
+    if kind == "shortstr":
+        stop = offset + 1 + payload[offset]
+        if stop > len(payload):
+            raise ValueError("truncated method arguments")
+        return payload[offset + 1 : stop].decode(), stop
+    if kind == "table":
+        return decode_table(payload, offset)
+    if kind == "longstr":
+        stop = offset + 4 + U32.unpack_from(payload, offset)[0]
+        if stop > len(payload):
+            raise ValueError("truncated method arguments")
+        # Opaque bytes (a login response) in an argument pamqp declares str: latin-1 keeps
+        # every byte, and encoding back to latin-1 gives them back.
+        return payload[offset + 4 : stop].decode("latin-1"), stop
+    number = _NUMBERS[kind]
+    return number.unpack_from(payload, offset)[0], offset + number.size

@@ -25,6 +25,10 @@ class AMQPError(Exception):
     def reply_text(self) -> str:
         """The text RabbitMQ would send: the reply name, a dash, and the detail."""
         text = f"{self.reply_name} - {self.text}"
+        try:  # client bytes that are not UTF-8, held as surrogate escapes, are shown as \xNN
+            text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a lone surrogate of another kind
+            text = text.encode("utf-8", "backslashreplace").decode()
         # A shortstr holds 255 bytes; RabbitMQ cuts at 252 and marks the cut.
         return text if len(text.encode()) <= 255 else text.encode()[:252].decode(errors="ignore") + "..."
 

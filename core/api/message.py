@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Final
 
-from pamqp import decode as _decode
+from lavin.api.field_table import decode_table, encode_table
 
 _U16: Final = struct.Struct(">H")
 _U32: Final = struct.Struct(">I")
@@ -160,12 +160,7 @@ def decode_properties(raw: bytes) -> dict[str, Any]:
                 (result[name],) = _U64.unpack_from(raw, offset)
                 offset += 8
             else:
-                (size,) = _U32.unpack_from(raw, offset)
-                table = raw[offset : offset + 4 + size]
-                if len(table) != size + 4:
-                    raise ValueError("truncated headers table")
-                _, result[name] = _decode.field_table(table)
-                offset += 4 + size
+                result[name], offset = decode_table(raw, offset)
     except (IndexError, struct.error) as exc:
         raise ValueError(f"truncated properties: {exc}") from exc
     if offset != len(raw):
@@ -174,9 +169,9 @@ def decode_properties(raw: bytes) -> dict[str, Any]:
 
 
 def encode_properties(props: dict[str, Any]) -> bytes:
-    """Encode a dict of basic properties into a flag word and fields."""
-    from pamqp import encode as _encode
+    """Encode a dict of basic properties into a flag word and fields.
 
+    Raises ValueError for a headers value no field table can hold."""
     flags = 0
     parts: list[bytes] = []
     for bit, name, kind in PROPERTY_FIELDS:
@@ -192,7 +187,7 @@ def encode_properties(props: dict[str, Any]) -> bytes:
         elif kind == "timestamp":
             parts.append(_U64.pack(int(value.timestamp()) if hasattr(value, "timestamp") else int(value)))
         else:
-            parts.append(_encode.field_table(value))
+            parts.append(encode_table(value))
     return _U16.pack(flags) + b"".join(parts)
 
 

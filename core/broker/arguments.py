@@ -37,7 +37,12 @@ COMPARED_EXCHANGE_ARGUMENTS = ("alternate-exchange",)
 def queue_type_name(arguments: dict[str, Any]) -> str:
     """`x-queue-type` (default `classic`); a classic queue with `x-max-priority` is `priority`."""
     explicit = arguments.get("x-queue-type")
-    name = "classic" if explicit is None else explicit.decode() if isinstance(explicit, bytes) else str(explicit)
+    if explicit is None:
+        name = "classic"
+    elif isinstance(explicit, bytes):  # not UTF-8: names no queue type, shown by its bytes in the 406
+        name = explicit.decode("utf-8", "backslashreplace")
+    else:
+        name = str(explicit)
     # In RabbitMQ a classic queue with x-max-priority is a priority queue.
     if name == "classic" and arguments.get("x-max-priority") is not None:
         return "priority"
@@ -158,8 +163,8 @@ def parse_queue_settings(queue: str, vhost: str, arguments: dict[str, Any]) -> Q
         value = arguments.get(arg)
         if value is None:
             return None
-        if isinstance(value, bytes):
-            value = value.decode()
+        if isinstance(value, bytes):  # a long string that is not UTF-8
+            raise invalid(arg, "invalid_utf8")
         if not isinstance(value, str):
             raise invalid(arg, f"{{unacceptable_type,{field_type(value)}}}")
         return value

@@ -25,7 +25,7 @@ def message_expiration(message: Message) -> int | None:
         return None  # malformed properties are refused elsewhere
     if value is None:
         return None
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # int() would also take other scripts' digits
         return int(value)
     problem = _expiration_problem(value)
     if problem is None:

@@ -22,9 +22,10 @@ def routing_keys_of(message: Message) -> list[str]:
         value = headers.get(name)
         if value is None:
             continue
-        if not isinstance(value, list) or not all(isinstance(k, (str, bytes)) for k in value):
+        # A key that is not UTF-8 (decoded as bytes) is refused too: routing keys are text.
+        if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
             raise errors.PreconditionFailed(f"invalid {name} header: expected an array of strings")
-        keys.extend(k.decode() if isinstance(k, bytes) else k for k in value)
+        keys.extend(value)
     return keys
 
 
