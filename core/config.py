@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import configparser
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from importlib.metadata import entry_points
@@ -69,6 +70,15 @@ class Config:
     # ms a delivery may stay unacknowledged before its channel is closed (RabbitMQ's
     # default, 30 minutes); 0 disables the check. A queue's x-consumer-timeout overrides it.
     consumer_timeout: int = 1_800_000
+    # Queues the broker holds at most, across vhosts (RabbitMQ's cluster_queue_limit); 0: no limit.
+    max_queues: int = 0
+    # Resource alarms, with RabbitMQ's names and defaults: publishers are blocked while the
+    # broker's resident memory is above the high watermark (a fraction of the machine's
+    # memory, or bytes when the absolute one is set) or the data dir's file system has
+    # fewer free bytes than disk_free_limit.
+    vm_memory_high_watermark: float = 0.4
+    vm_memory_high_watermark_absolute: int | None = None
+    disk_free_limit: int = 50_000_000
     # plugin name -> its `[plugin.NAME]` section, handed to the plugin's lavin_configure hook
     plugin_settings: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -90,10 +100,19 @@ class Config:
             raise StartupError("frame_max must be between 4096 and 4294967295")
         if not 0 <= self.channel_max <= 65535:
             raise StartupError("channel_max must be between 0 and 65535")
-        if self.max_message_size <= 0 or self.segment_size <= 0:
-            raise StartupError("max_message_size and segment_size must be positive")
+        if self.max_message_size <= 0:
+            raise StartupError("max_message_size must be positive")
+        # Positions within a segment are u32.
+        if not 4096 <= self.segment_size <= 2**32:
+            raise StartupError("segment_size must be between 4096 bytes and 4 GiB")
         if self.consumer_timeout < 0:
             raise StartupError("consumer_timeout must be 0 (disabled) or a positive number of milliseconds")
+        if self.max_queues < 0:
+            raise StartupError("max_queues must be 0 (no limit) or a positive number of queues")
+        if self.vm_memory_high_watermark < 0 or (self.vm_memory_high_watermark_absolute or 0) < 0:
+            raise StartupError("vm_memory_high_watermark must not be negative")
+        if self.disk_free_limit < 0:
+            raise StartupError("disk_free_limit must not be negative")
         if not self.auth_backends:
             raise StartupError("auth_backends must name at least one backend")
 
@@ -128,6 +147,23 @@ def _comma_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
+# RabbitMQ's information units, in any case: decimal (kB, MB, ...) and binary (K, Ki, KiB, ...).
+BYTE_UNITS: Mapping[str, int] = {
+    "": 1,
+    **{letter + "b": 1000**power for power, letter in enumerate("kmgt", 1)},
+    **{letter + suffix: 1024**power for power, letter in enumerate("kmgt", 1) for suffix in ("", "i", "ib")},
+}
+
+
+def parse_bytes(text: str) -> int:
+    """A number of bytes with an optional unit, as RabbitMQ's config takes it: `50000000`,
+    `50MB` (10^6 each), `512MiB`, `512Mi` or `512M` (2^20 each)."""
+    match = re.fullmatch(r"(\d+)\s*([A-Za-z]*)", text)
+    if match is None or match[2].lower() not in BYTE_UNITS:
+        raise ValueError("expected a number of bytes with an optional unit (kB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    return int(match[1]) * BYTE_UNITS[match[2].lower()]
+
+
 # INI (section, key) -> Config field and how to parse the text.
 INI_KEYS: Mapping[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "data_dir"): ("data_dir", Path),
@@ -137,6 +173,10 @@ INI_KEYS: Mapping[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "auth_backends"): ("auth_backends", _comma_list),
     ("main", "default_vhost"): ("default_vhost", str),
     ("main", "consumer_timeout"): ("consumer_timeout", int),
+    ("main", "max_queues"): ("max_queues", int),
+    ("main", "vm_memory_high_watermark.relative"): ("vm_memory_high_watermark", float),
+    ("main", "vm_memory_high_watermark.absolute"): ("vm_memory_high_watermark_absolute", parse_bytes),
+    ("main", "disk_free_limit.absolute"): ("disk_free_limit", parse_bytes),
     ("amqp", "bind"): ("bind", str),
     ("amqp", "port"): ("amqp_port", int),
     ("amqp", "heartbeat"): ("heartbeat", int),

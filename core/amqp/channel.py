@@ -24,6 +24,7 @@ from lavin.amqp.reply_consumer import ReplyConsumer
 from lavin.amqp.transaction import Transaction
 from lavin.api import errors
 from lavin.api.message import Message, check_properties
+from lavin.api.printable import printable
 from lavin.broker.consumer import Settles
 from lavin.broker.direct_reply import rewrite_reply_to
 from lavin.broker.expiry import message_expiration
@@ -68,7 +69,9 @@ class Channel:
         self._publish: tuple[str, str, bool] | None = None
         self._properties = b""
         self._body_size = 0
-        self._body_parts: list[bytes] = []
+        # A body that comes in several frames is gathered here: one buffer that grows in place
+        # (a large one is a memory mapping of its own, given back whole), counted by the alarms.
+        self._body: bytearray | None = None
         self._body_received = 0
         self._expect_header = False
         self.confirms: PublisherConfirms | None = None  # after confirm.select
@@ -127,11 +130,10 @@ class Channel:
         except errors.FrameError:
             try:
                 codec.decode_method(payload)
-            except ValueError as exc:
-                # pamqp raises a ValueError caused by the UnicodeDecodeError (only its context
-                # is set when the call comes from compiled code), or the error itself.
-                if any(isinstance(e, UnicodeDecodeError) for e in (exc, exc.__cause__, exc.__context__)):
-                    raise errors.PreconditionFailed("invalid UTF-8 in a name or key") from None
+            except UnicodeDecodeError:
+                raise errors.PreconditionFailed("invalid UTF-8 in a name or key") from None
+            except ValueError:
+                pass  # malformed: the frame error stands
             raise
 
     def _method_while_closing(self, payload: bytes) -> None:
@@ -215,15 +217,25 @@ class Channel:
         received = self._body_received + len(payload)
         if received > self._body_size:
             raise errors.FrameError("content body frame exceeds remaining content size", 60, 40)
-        if received == self._body_size and not self._body_parts:
-            self._complete_publish(payload)
-            return
-        self._body_parts.append(payload)
+        body = self._body
+        if body is None:
+            if received == self._body_size:
+                self._complete_publish(payload)
+                return
+            self._body = body = bytearray(payload)
+        else:
+            body += payload
         self._body_received = received
+        self.connection.alarms.body_grew(len(payload))
         if received == self._body_size:
-            body = b"".join(self._body_parts)
-            self._body_parts = []
-            self._complete_publish(body)
+            self._drop_body()
+            self._complete_publish(bytes(body))
+
+    def _drop_body(self) -> None:
+        """Let go of the body being gathered (complete, or never to be)."""
+        if self._body is not None:
+            self.connection.alarms.body_released(len(self._body))
+            self._body = None
 
     def _complete_publish(self, body: bytes) -> None:
         publish = self._publish
@@ -524,10 +536,10 @@ class Channel:
         log.info(
             "channel error on connection %s, vhost '%s', channel %d: %d %s",
             self.connection.peer,
-            self.vhost.name,
+            printable(self.vhost.name),
             self.id,
             exc.reply_code,
-            exc.reply_text,
+            printable(exc.reply_text),
         )
         self.connection.send(
             codec.method_frame(
@@ -557,7 +569,7 @@ class Channel:
         if self.tx is not None:
             self.tx.rollback()
         self._publish = None
-        self._body_parts = []
+        self._drop_body()
 
 
 def _check_period(timeout: int) -> float:

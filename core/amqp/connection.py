@@ -10,6 +10,7 @@ import asyncio
 import logging
 import platform
 import struct
+import traceback
 from typing import Any, Final, cast
 
 import lavin
@@ -17,17 +18,26 @@ from lavin.amqp import codec
 from lavin.amqp.channel import Channel
 from lavin.api import errors
 from lavin.api.auth import User
+from lavin.api.field_table import decode_table
+from lavin.api.printable import printable
+from lavin.broker.alarms import ResourceAlarms
 from lavin.broker.broker import Broker
 from lavin.broker.flow import PublisherFlow
 from lavin.broker.vhost import VHost
 from pamqp import commands
-from pamqp import decode as pamqp_decode
 from pamqp.common import FieldTable
 
 log = logging.getLogger(__name__)
 
 FRAME_MIN_SIZE: Final = 4096
 CLOSE_TIMEOUT: Final = 3.0
+# A refused login is answered this many seconds late, so that guessing passwords is slow;
+# RabbitMQ waits 3 s before it drops a connection whose handshake failed.
+LOGIN_REFUSAL_DELAY: Final = 1.0
+# Output beyond this many bytes waiting for the socket pauses the connection: deliveries
+# stop and its own input is not read, so nothing it asks for can pile up in memory.
+WRITE_BUFFER_HIGH: Final = 4 * 1024 * 1024
+WRITE_BUFFER_LOW: Final = 1024 * 1024
 
 SERVER_CAPABILITIES: Final[FieldTable] = {
     "publisher_confirms": True,
@@ -49,7 +59,13 @@ AWAIT_OPEN: Final = 3
 OPEN: Final = 4
 CLOSING: Final = 5
 CLOSED: Final = 6  # close-ok sent (the socket lingers until the client closes it) or gone
-AUTHENTICATING: Final = 7  # start-ok received, the auth backends not done yet
+AUTHENTICATING: Final = 7  # start-ok received, the auth backends not done yet (or a refusal waits)
+
+# Why the client's socket is not read; reading resumes once no reason is left.
+PAUSED_FOR_LOGIN: Final = 1  # the auth backends are asked, or a refused login waits for its answer
+PAUSED_FOR_FLOW: Final = 2  # a queue it publishes to holds it (PublisherFlow)
+PAUSED_FOR_OUTPUT: Final = 4  # what we write to it is over the high-water mark: it does not read
+PAUSED_FOR_ALARM: Final = 8  # a resource alarm blocks it as a publisher
 
 
 class Connection(asyncio.Protocol):
@@ -57,6 +73,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.alarms: ResourceAlarms = broker.alarms
         self.loop = broker.loop
         self.transport: asyncio.Transport | None = None
         self.state = AWAIT_HEADER
@@ -71,6 +88,7 @@ class Connection(asyncio.Protocol):
         self.peer = ""
         self.client_properties: dict[str, Any] = {}
         self.writable = True
+        self.paused_by = 0  # PAUSED_FOR_* bits
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._received_since_tick = False
@@ -90,8 +108,8 @@ class Connection(asyncio.Protocol):
         peername = stream.get_extra_info("peername") or ("", 0)
         self.peer_host = str(peername[0])
         self.peer = f"{peername[0]}:{peername[1]}"
-        stream.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
-        self.flow = PublisherFlow(self._pause_reading, self._resume_reading)
+        stream.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
+        self.flow = PublisherFlow(self._pause_for_flow, self._resume_for_flow)
         self.broker.connections.add(self)
         # A client that never finishes the handshake must not hold a socket forever.
         self._close_timer = self.loop.call_later(10.0, self._handshake_timeout)
@@ -102,6 +120,7 @@ class Connection(asyncio.Protocol):
         self._cancel_timers()
         self._release_channels()
         self.broker.connections.discard(self)
+        self.alarms.release(self)
         if self.vhost is not None:
             self.vhost.connection_closed(self)
         if was_open:
@@ -109,9 +128,11 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.writable = False
+        self._pause_reading(PAUSED_FOR_OUTPUT)
 
     def resume_writing(self) -> None:
         self.writable = True
+        self._resume_reading(PAUSED_FOR_OUTPUT)
         for channel in list(self.channels.values()):
             channel.resume_deliveries()
 
@@ -138,8 +159,8 @@ class Connection(asyncio.Protocol):
             self._after_batch()
         except errors.AMQPError as exc:
             self.close_with_error(exc)
-        except Exception:  # a bug must cost this connection only, never the broker
-            log.exception("internal error on connection %s", self.peer)
+        except Exception as exc:  # noqa: BLE001 - a bug must cost this connection only, never the broker
+            log.error("internal error on connection %s: %s", self.peer, _bug(exc))
             self.close_with_error(errors.InternalError("internal error"))
 
     # ---- parsing -------------------------------------------------------------------------
@@ -166,6 +187,7 @@ class Connection(asyncio.Protocol):
         frame_type: int
         channel_id: int
         size: int
+        content = False  # message content in this read: a resource alarm blocks the connection
         # Frames that arrive while a login is being checked wait in the buffer.
         while end - offset >= 7 and self.state != CLOSED and self.state != AUTHENTICATING:
             frame_type, channel_id, size = unpack_head(data, offset)
@@ -184,19 +206,24 @@ class Connection(asyncio.Protocol):
             if self.state == OPEN and (channel := channels.get(channel_id)) is not None:
                 if frame_type == 3:
                     channel.on_body(payload)
+                    content = True
                     continue
                 if frame_type == 2:
                     channel.on_header(payload)
+                    content = True
                     continue
                 if frame_type == 1 and size >= 4:
                     if payload[:4] == codec.BASIC_PUBLISH_ID:
-                        content = _content_that_follows(data, offset, end, channel_id, frame_max)
-                        if content is not None and channel.publish_whole(payload, content[0], content[1]):
-                            offset = content[2]
+                        whole = _content_that_follows(data, offset, end, channel_id, frame_max)
+                        if whole is not None and channel.publish_whole(payload, whole[0], whole[1]):
+                            offset = whole[2]
+                            content = True
                             continue
                     channel.on_method(payload)
                     continue
             self._dispatch(frame_type, channel_id, payload)
+        if content and self.alarms.active:
+            self._block_publisher()
         return offset
 
     def _dispatch(self, frame_type: int, channel_id: int, payload: bytes) -> None:
@@ -309,14 +336,13 @@ class Connection(asyncio.Protocol):
             self._refuse_login(exc)
             return
         self.state = AUTHENTICATING
-        self._pause_reading()
+        self._pause_reading(PAUSED_FOR_LOGIN)
         task = self.loop.create_task(self.broker.authenticate(username, password, self.peer_host, method.mechanism))
         task.add_done_callback(self._authenticated)
 
     def _authenticated(self, task: asyncio.Task[User]) -> None:
         if self.state != AUTHENTICATING:  # the client went away meanwhile
             return
-        self._resume_reading()
         try:
             user = task.result()
         except errors.ConnectionAccessRefused as exc:
@@ -326,6 +352,7 @@ class Connection(asyncio.Protocol):
             log.exception("authentication of a client from %s failed", self.peer)
             self._refuse_login(errors.ConnectionAccessRefused("authentication failed"))
             return
+        self._resume_reading(PAUSED_FOR_LOGIN)
         self.user = user
         tune = commands.Connection.Tune(
             channel_max=self.broker.config.channel_max,
@@ -338,11 +365,26 @@ class Connection(asyncio.Protocol):
             self.data_received(b"")
 
     def _refuse_login(self, exc: errors.ConnectionAccessRefused) -> None:
-        capabilities = self.client_properties.get("capabilities") or {}
-        if capabilities.get("authentication_failure_close"):
+        """Answer a failed login after LOGIN_REFUSAL_DELAY: one timer, the socket unread
+        meanwhile, so a client guessing passwords gets one answer per delay and connection."""
+        self.state = AUTHENTICATING
+        self._pause_reading(PAUSED_FOR_LOGIN)
+        if self._close_timer is not None:  # the handshake timeout: the refusal comes sooner
+            self._close_timer.cancel()
+        self._close_timer = self.loop.call_later(LOGIN_REFUSAL_DELAY, self._answer_refused_login, exc)
+
+    def _answer_refused_login(self, exc: errors.ConnectionAccessRefused) -> None:
+        self._close_timer = None
+        if self._client_can("authentication_failure_close"):
+            self._resume_reading(PAUSED_FOR_LOGIN)  # for the close-ok
             self.close_with_error(exc)
         else:
             self.abort()  # pre-capability clients expect the socket to just close
+
+    def _client_can(self, capability: str) -> bool:
+        """Whether the client advertised `capability` in connection.start-ok."""
+        capabilities = self.client_properties.get("capabilities")
+        return isinstance(capabilities, dict) and bool(capabilities.get(capability))
 
     @staticmethod
     def _credentials(mechanism: str, response: str | bytes) -> tuple[str, str]:
@@ -354,7 +396,7 @@ class Connection(asyncio.Protocol):
             return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
         if mechanism == "AMQPLAIN":
             try:
-                _, table = pamqp_decode.field_table(struct.pack(">I", len(raw)) + raw)
+                table, _ = decode_table(struct.pack(">I", len(raw)) + raw)
             except ValueError as exc:
                 raise errors.ConnectionAccessRefused(f"malformed AMQPLAIN response: {exc}") from None
             return str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
@@ -437,13 +479,41 @@ class Connection(asyncio.Protocol):
         if flow is not None and flow.slowed_by:
             flow.end_of_batch()
 
-    def _pause_reading(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+    def _pause_reading(self, reason: int) -> None:
+        if not self.paused_by and self.transport is not None and not self.transport.is_closing():
             self.transport.pause_reading()
+        self.paused_by |= reason
 
-    def _resume_reading(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+    def _resume_reading(self, reason: int) -> None:
+        if not self.paused_by & reason:
+            return
+        self.paused_by &= ~reason
+        if not self.paused_by and self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
+
+    def _pause_for_flow(self) -> None:
+        self._pause_reading(PAUSED_FOR_FLOW)
+
+    def _resume_for_flow(self) -> None:
+        self._resume_reading(PAUSED_FOR_FLOW)
+
+    # ---- resource alarms -----------------------------------------------------------------
+
+    def _block_publisher(self) -> None:
+        """A resource alarm is on and this connection sent message content: stop reading it
+        until every alarm has cleared, and say why (RabbitMQ's connection.blocked)."""
+        if self.paused_by & PAUSED_FOR_ALARM or self.state != OPEN:
+            return
+        self._pause_reading(PAUSED_FOR_ALARM)
+        self.alarms.hold(self)
+        if self._client_can("connection.blocked"):
+            self.send(codec.method_frame(0, commands.Connection.Blocked(reason=self.alarms.reason())))
+
+    def unblock(self) -> None:
+        """Every alarm has cleared: read again (the ResourceAlarms port)."""
+        if self.state == OPEN and self._client_can("connection.blocked"):
+            self.send(codec.method_frame(0, commands.Connection.Unblocked()))
+        self._resume_reading(PAUSED_FOR_ALARM)
 
     # ---- closing -------------------------------------------------------------------------
 
@@ -452,9 +522,9 @@ class Connection(asyncio.Protocol):
         if self.state in (CLOSING, CLOSED):
             return
         if self.state == AWAIT_START_OK or self.state == AWAIT_HEADER:
-            log.warning("closing connection from %s during handshake: %s", self.peer, exc.reply_text)
+            log.warning("closing connection from %s during handshake: %s", self.peer, printable(exc.reply_text))
         else:
-            log.info("closing connection %s: %s", self.peer, exc.reply_text)
+            log.info("closing connection %s: %s", self.peer, printable(exc.reply_text))
         self.close(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id)
 
     def close(self, reply_code: int, reply_text: str, class_id: int = 0, method_id: int = 0) -> None:
@@ -462,6 +532,8 @@ class Connection(asyncio.Protocol):
             return
         self.state = CLOSING
         self._release_channels()
+        self.alarms.release(self)
+        self._resume_reading(PAUSED_FOR_ALARM)  # for the close-ok; nothing else is taken now
         self.send(
             codec.method_frame(
                 0,
@@ -516,7 +588,10 @@ class Connection(asyncio.Protocol):
     def _heartbeat_tick(self) -> None:
         if self.state == CLOSED:
             return
-        if self._received_since_tick:
+        # While the broker does not read the socket the client's heartbeats wait unread (as
+        # RabbitMQ, which pauses its heartbeat monitor for a blocked connection); a client
+        # that went away meanwhile is found when the heartbeats sent to it fail.
+        if self._received_since_tick or self.paused_by:
             self._missed_heartbeats = 0
         else:
             self._missed_heartbeats += 1
@@ -583,3 +658,10 @@ def _content_that_follows(
 def _frame_error(frame_type: int, data: bytes, offset: int, reason: str) -> errors.FrameError:
     """RabbitMQ's FRAME_ERROR text: the frame type, its first octets, the reason."""
     return errors.FrameError(f"type {frame_type}, first 16 octets = {data[offset : offset + 16]!r}: {reason}")
+
+
+def _bug(exc: Exception) -> str:
+    """An unexpected exception as one log line: what it says and where it was raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return printable(f"{exc!r}{where}")

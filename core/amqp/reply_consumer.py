@@ -12,7 +12,13 @@ if TYPE_CHECKING:
 
 
 class ReplyConsumer:
-    """Replies routed to the channel's address arrive here, never through a queue."""
+    """Replies routed to the channel's address arrive here, never through a queue.
+
+    Nothing buffers them: while the requester's connection has more output waiting than its
+    high-water mark (it does not read), replies to it are dropped, as RabbitMQ's direct
+    reply-to drops what its requester cannot take. The responder, another connection, is
+    neither slowed nor told.
+    """
 
     def __init__(self, channel: Channel, tag: str) -> None:
         self.channel = channel
@@ -23,6 +29,8 @@ class ReplyConsumer:
     def deliver_reply(self, message: Message) -> None:
         channel = self.channel
         connection = channel.connection
+        if not connection.writable:
+            return
         connection.send(
             codec.deliver_frames(
                 channel.id,

@@ -34,6 +34,7 @@ from lavin.api.exchange import (
 )
 from lavin.api.hooks import BrokerInfo, ConnectionInfo, VHostInfo
 from lavin.api.message import Message, encode_properties, message_priority
+from lavin.api.printable import printable
 from lavin.api.queue import (
     MessageStore,
     QueueType,
@@ -81,4 +82,5 @@ __all__ = [
     "hookimpl",
     "message_priority",
     "parse_duration",
+    "printable",
 ]

@@ -8,6 +8,8 @@ from typing import Protocol
 
 from lavin.api import errors
 from lavin.api.auth import AuthBackend, User
+from lavin.api.printable import printable
+from lavin.broker.alarms import ResourceAlarms
 from lavin.broker.direct_reply import ReplyRegistry
 from lavin.broker.group_commit import GroupCommit, SyncWaiter
 from lavin.broker.vhost import VHost
@@ -39,7 +41,8 @@ class Broker:
         self.vhosts: dict[str, VHost] = {}
         self.group_commit = GroupCommit(self.loop)
         self.replies = ReplyRegistry()
-        self.storage = SegmentStorage()
+        self.alarms = ResourceAlarms(config)
+        self.storage = SegmentStorage(config.segment_size)
         self.auth_backends: list[AuthBackend] = []
         for name in config.auth_backends:
             backend_class = registry.auth_backends.get(name)
@@ -54,8 +57,10 @@ class Broker:
         vhost = VHost(self, self.config.default_vhost)
         vhost.start()
         self.vhosts[vhost.name] = vhost
+        self.alarms.start(self.loop)
 
     async def shutdown(self) -> None:
+        self.alarms.stop()
         for connection in list(self.connections):
             connection.close(320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'")
         deadline = self.loop.time() + SHUTDOWN_GRACE
@@ -73,11 +78,13 @@ class Broker:
             try:
                 user = await backend.authenticate(username, password, peer_host)
             except errors.AccessRefused as exc:
-                log.warning("login of user '%s' from %s refused: %s", username, peer_host, exc.text)
+                log.warning(
+                    "login of user '%s' from %s refused: %s", printable(username), peer_host, printable(exc.text)
+                )
                 raise _login_refused(mechanism) from None
             if user is not None:
                 return user
-        log.warning("login of unknown user '%s' from %s refused", username, peer_host)
+        log.warning("login of unknown user '%s' from %s refused", printable(username), peer_host)
         raise _login_refused(mechanism)
 
     def wait_for_sync(self, waiter: SyncWaiter) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lavin.api import Message
 from lavin.api.message import encode_properties
+from lavin.api.printable import printable
 from lavin.broker.sender_selected import routing_keys_of
 
 if TYPE_CHECKING:
@@ -32,7 +33,9 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
     exchange = queue.vhost.exchanges.get(settings.dead_letter_exchange)
     if exchange is None:
         log.debug(
-            "queue %s: dead-letter exchange %s is missing, message dropped", queue.name, settings.dead_letter_exchange
+            "queue %s: dead-letter exchange %s is missing, message dropped",
+            printable(queue.name),
+            printable(settings.dead_letter_exchange),
         )
         return
     try:
@@ -59,8 +62,8 @@ def dead_letter(queue: Queue, message: Message, reason: str) -> None:
         if _is_cycle(target.name, deaths):
             log.warning(
                 "message dropped: dead-letter cycle from queue '%s' to '%s' (reason %s)",
-                queue.name,
-                target.name,
+                printable(queue.name),
+                printable(target.name),
                 reason,
             )
             continue

@@ -19,7 +19,9 @@ _REPLY_TO_FLAG = 0x02  # 0x0200 in the property flag word: its high byte
 
 
 class ReplyConsumer(Protocol):
-    """A consumer of the pseudo-queue (a channel's, in the protocol layer)."""
+    """A consumer of the pseudo-queue (a channel's, in the protocol layer). Replies are
+    delivered at most once: it drops those its requester cannot take now (RabbitMQ's
+    replies go through no buffer either)."""
 
     def deliver_reply(self, message: Message) -> None: ...
 

@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from lavin.api import Message, StreamType, errors
+from lavin.api.printable import printable
 from lavin.broker.arguments import QueueSettings, check_durable_declaration
 from lavin.broker.consumer import Consumer
 from lavin.broker.queue import DRAIN_BATCH, NEEDS_SYNC, Queue, QueueDeclaration
@@ -111,7 +112,9 @@ class StreamQueue(Queue):
         if not ok:
             # The publishers get nacks; the messages show once a later sync covers them.
             log.error(
-                "stream %s: fsync failed; offsets from %d wait for the next sync", self.resource(), self._committed
+                "stream %s: fsync failed; offsets from %d wait for the next sync",
+                printable(self.resource()),
+                self._committed,
             )
             return
         if upto > self._committed:
