@@ -31,9 +31,9 @@ def hermetic_env() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if not key.startswith("LAVIN_")}
 
 
-def port_accepts(port: int) -> bool:
+def port_accepts(port: int, host: str = "127.0.0.1") -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
         return False
@@ -44,6 +44,8 @@ class BrokerProcess:
 
     `env` replaces the environment; by default it is the test's own minus LAVIN_* variables.
     """
+
+    host = "127.0.0.1"  # where the broker listens: the `--bind` passed
 
     def __init__(
         self,
@@ -57,7 +59,7 @@ class BrokerProcess:
         self.extra_args = tuple(extra_args)
         self.env = dict(env) if env is not None else None
         self.port = port if port is not None else free_port()
-        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
         # Next to the data dir, so a restart keeps appending to one log.
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker-{self.port}.log"
         self._process: subprocess.Popen[bytes] | None = None
@@ -68,7 +70,7 @@ class BrokerProcess:
         return [
             sys.executable, "-m", "lavin", "serve",
             "--data-dir", str(self.data_dir),
-            "--bind", "127.0.0.1",
+            "--bind", self.host,
             "--amqp-port", str(self.port),
             "--log-level", "info",
             *self.extra_args,
@@ -102,7 +104,7 @@ class BrokerProcess:
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap
         self._process = subprocess.Popen(self.command, stdout=self._log_file, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + START_TIMEOUT
-        while not port_accepts(self.port):
+        while not port_accepts(self.port, self.host):
             code = self._process.poll()
             if code is not None:
                 self._reap()

@@ -1,16 +1,18 @@
 """Publisher confirms of one channel: sequence numbers, nacks, and waiting for the disk.
 
 A confirm for a persistent message in a durable queue goes out only after the group
-commit's fsync covered it; a failed fsync nacks what it covered. Confirms are sent at the
-end of each socket read, cumulative (`multiple`) where possible.
+commit's fsync covered it; a publish that went into a store that could not write it, or
+whose fsync failed, is nacked. Confirms are sent at the end of each socket read,
+cumulative (`multiple`) where possible.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from lavin.amqp import codec
+from lavin.broker.group_commit import PublishesSynced
 from lavin.broker.queue import NEEDS_SYNC, REJECTED
 
 if TYPE_CHECKING:
@@ -20,9 +22,10 @@ if TYPE_CHECKING:
 class PublisherConfirms:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
+        self.group_commit = channel.connection.broker.group_commit
         self.publish_seq = 0
         self._confirmed = 0
-        self._nacks: list[int] = []
+        self._nacks: list[int] = []  # ascending, all above _confirmed
         self._sync_needed_upto = 0
         self._synced_upto = 0
         self._sync_registered = False
@@ -36,21 +39,29 @@ class PublisherConfirms:
             self._sync_needed_upto = self.publish_seq
             if not self._sync_registered:
                 self._sync_registered = True
-                self.channel.connection.broker.wait_for_sync(self._prepare_sync)
+                self.group_commit.wait_for_publishes(self)
+        if self.group_commit.tracing:
+            self.group_commit.trace_publish(self, self.publish_seq)
 
-    def _prepare_sync(self) -> Callable[[bool], None]:
+    def prepare_sync(self) -> PublishesSynced:
         self._sync_registered = False
         seq = self.publish_seq
-        return lambda ok: self._on_synced(seq, ok)
+        return lambda unwritten: self._on_synced(seq, unwritten)
 
-    def _on_synced(self, seq: int, ok: bool) -> None:
+    def _on_synced(self, seq: int, unwritten: Sequence[int] | None) -> None:
         channel = self.channel
         if channel.closing or channel.connection.transport is None:
             return
-        if not ok:
-            self._nacks.extend(range(max(self._confirmed, self._synced_upto) + 1, seq + 1))
+        if unwritten is None:
+            self._nack(range(max(self._confirmed, self._synced_upto) + 1, seq + 1))
+        elif unwritten:
+            self._nack(unwritten)
         self._synced_upto = max(self._synced_upto, seq)
         self.send_due()
+
+    def _nack(self, seqs: Iterable[int]) -> None:
+        confirmed = self._confirmed
+        self._nacks = sorted({*self._nacks, *[seq for seq in seqs if seq > confirmed]})
 
     def send_due(self) -> None:
         """Send the confirms that may go out now, cumulative where possible."""

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lavin.amqp import codec
+from lavin.api import errors
 from lavin.api.message import Message
+from lavin.broker.group_commit import PublishesSynced
 from pamqp import commands
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Channel
+
+# What a commit traces while the group commit traces publishes (see GroupCommit.trace_publish).
+_SETTLEMENTS = 0
+_PUBLISHES = 1
 
 
 class Transaction:
@@ -27,8 +33,12 @@ class Transaction:
         self._settlements.append((tag, multiple, requeue))
 
     def commit(self) -> None:
-        """Settle, then publish; commit-ok waits for the fsync when a publish needs one."""
+        """Settle, then publish; commit-ok waits for the fsync when a publish needs one.
+
+        A publish that could not be written fails the commit as RabbitMQ fails it: the
+        channel closes with 406 "partial tx completion" (the rest stays committed)."""
         channel = self.channel
+        group_commit = channel.connection.broker.group_commit
         settlements, self._settlements = self._settlements, []
         publishes, self._publishes = self._publishes, []
         for tag, multiple, requeue in settlements:
@@ -36,18 +46,30 @@ class Transaction:
                 channel.ack_now(tag, multiple)
             else:
                 channel.reject_now(tag, multiple, requeue)
+        tracing = group_commit.tracing
+        if tracing:  # what the settlements marked is not the publishes'
+            group_commit.trace_publish(self, _SETTLEMENTS)
         needs_sync = False
         for exchange, mandatory, message in publishes:
             needs_sync |= channel.route(exchange, mandatory, message)
-        commit_ok = codec.method_frame(channel.id, commands.Tx.CommitOk())
         if not needs_sync:
-            channel.connection.send(commit_ok)
+            channel.connection.send(codec.method_frame(channel.id, commands.Tx.CommitOk()))
             return
+        if tracing:
+            group_commit.trace_publish(self, _PUBLISHES)
+        group_commit.wait_for_publishes(self)
 
-        def prepare() -> Callable[[bool], None]:
-            return lambda ok: None if channel.closing else channel.connection.send(commit_ok)
+    def prepare_sync(self) -> PublishesSynced:
+        return self._synced
 
-        channel.connection.broker.wait_for_sync(prepare)
+    def _synced(self, unwritten: Sequence[int] | None) -> None:
+        channel = self.channel
+        if channel.closing:
+            return
+        if unwritten is None or _PUBLISHES in unwritten:
+            channel.close_with_error(errors.PreconditionFailed("partial tx completion", 90, 20))
+        else:
+            channel.connection.send(codec.method_frame(channel.id, commands.Tx.CommitOk()))
 
     def rollback(self) -> None:
         self._publishes.clear()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from lavin.api import Message, errors
 from lavin.api.message import encode_properties
+from lavin.api.printable import printable
 from lavin.broker.queue import NEEDS_SYNC, STORED
 from lavin.storage.segment_store import SegmentStore
 
@@ -72,7 +73,7 @@ class DelayedMessages:
         self.exchange = exchange
         # Named like LavinMQ's internal queue; `amq.` names cannot clash with a client's queue.
         self.name = f"amq.delayed-{exchange.name}"
-        self.store = SegmentStore(path, durable)
+        self.store = SegmentStore(path, durable, exchange.vhost.broker.storage.segment_size)
         self.deleted = False
         self._due: list[tuple[int, int]] = []  # heap of (due ms, message id)
         self._timer: asyncio.TimerHandle | None = None
@@ -127,7 +128,7 @@ class DelayedMessages:
             delay = -stored if stored is not None and stored < 0 else 0
             heappush(self._due, (message.timestamp + delay, message_id))
         if self._due:
-            log.info("exchange '%s': %d delayed messages recovered", self.exchange.name, len(self._due))
+            log.info("exchange '%s': %d delayed messages recovered", printable(self.exchange.name), len(self._due))
             self._arm()
 
     def _arm(self) -> None:
@@ -158,7 +159,7 @@ class DelayedMessages:
             try:
                 self.exchange.publish_now(message)
             except (errors.AMQPError, ValueError) as exc:
-                log.warning("exchange '%s': delayed message dropped: %s", self.exchange.name, exc)
+                log.warning("exchange '%s': delayed message dropped: %s", printable(self.exchange.name), printable(exc))
         self._mark_dirty()
         self._arm()
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 from lavin.api import errors
 from lavin.api.arguments import InvalidArgument
 from lavin.api.message import Message
+from lavin.api.printable import printable
 from lavin.api.queue import QueueType, StreamType
 from lavin.broker.arguments import (
     QueueSettings,
@@ -28,6 +29,7 @@ from lavin.broker.flow import PublisherFlow
 from lavin.broker.queue import BEHIND, STORED, MessageQueue, Queue, QueueDeclaration
 from lavin.broker.stream_info import stream_info_reply
 from lavin.broker.stream_queue import StreamQueue, check_stream_declaration
+from lavin.storage import queue_directories
 from lavin.storage.definitions_store import (
     BindingDef,
     DefinitionsStore,
@@ -87,6 +89,7 @@ class VHost:
             self._create_exchange(name, type_name, durable=True, auto_delete=False, internal=False, arguments={})
         self.definitions = DefinitionsStore(self.data_dir / "definitions.lavin")
         saved = self.definitions.load()
+        queue_directories.settle(self.data_dir, saved.queues, self.name)
         for exchange_def in saved.exchanges.values():
             self._recover(
                 "exchange",
@@ -119,7 +122,9 @@ class VHost:
         try:
             create()
         except (errors.AMQPError, OSError, ValueError) as exc:
-            log.error("vhost %s: could not recover %s '%s': %s", self.name, kind, name, exc)
+            log.error(
+                "vhost %s: could not recover %s '%s': %s", printable(self.name), kind, printable(name), printable(exc)
+            )
 
     def _recover_binding(self, binding: BindingDef) -> None:
         source = self.exchanges.get(binding.source)
@@ -281,6 +286,8 @@ class VHost:
             check_queue_equivalence(existing, self.name, durable, exclusive, auto_delete, arguments)
             existing.touch()
             return existing
+        queues = sum(len(vhost.queues) for vhost in self.broker.vhosts.values())
+        check_queue_limit(name, self.broker.config.max_queues, queues, "cluster")
         queue = self._create_queue(
             name,
             durable=durable,
@@ -320,7 +327,7 @@ class VHost:
             settings = parse_queue_settings(name, self.name, arguments)
         persistent = durable and owner is None
         parent = self.data_dir if persistent else self.transient_dir
-        path = parent / hashlib.sha1(name.encode()).hexdigest()
+        path = queue_directories.queue_directory(parent, name)
         try:
             store = queue_type.create(path, arguments, persistent, self.broker.storage)
         except InvalidArgument as exc:
@@ -328,7 +335,7 @@ class VHost:
                 f"invalid arg '{exc.argument}' for queue '{name}' in vhost '{self.name}': {exc.reason}"
             ) from None
         if persistent:
-            (path / ".queue").write_text(name, encoding="utf-8")
+            (path / queue_directories.NAME_FILE).write_text(name, encoding="utf-8")
         declaration = QueueDeclaration(name, durable, owner, auto_delete, arguments)
         queue: Queue
         if isinstance(store, StreamType):
@@ -356,9 +363,14 @@ class VHost:
             exchange.table.remove_destination(queue)
             self._auto_delete_if_unbound(exchange)
         queue.bound_from.clear()
-        queue.delete()
         if queue.persistent and self.definitions is not None:
+            # Whole or gone after a crash, never in part: see lavin.storage.queue_directories.
+            aside = queue_directories.begin_delete(queue_directories.queue_directory(self.data_dir, queue.name))
+            queue.delete()
             self.definitions.queue_deleted(queue.name)
+            queue_directories.finish_delete(aside)
+        else:
+            queue.delete()
         self._changed("queue", queue.name, "deleted")
         return count
 
@@ -464,6 +476,14 @@ class VHost:
         if exchange.internal:
             raise errors.AccessRefused(f"cannot publish to internal exchange '{name}' in vhost '{self.name}'")
         return exchange
+
+
+def check_queue_limit(name: str, limit: int, count: int, scope: str) -> None:
+    """406 with RabbitMQ's text when `count` queues fill `limit` (0: no limit), checked
+    before a new queue is declared. `scope` names the limit: "cluster" for the broker's
+    `max_queues` (RabbitMQ's cluster_queue_limit), "vhost '<name>'" for a vhost's."""
+    if limit and count >= limit:
+        raise errors.PreconditionFailed(f"cannot declare queue '{name}': queue limit in {scope} ({limit}) is reached")
 
 
 def check_not_default_exchange(name: str) -> None:

@@ -2,7 +2,9 @@
 
 Each change is one record: u32 length + u32 crc32 (little-endian) + payload, the payload
 an AMQP field table, so arguments of every AMQP type round-trip. `load` folds the log into
-the current definitions and rewrites it when it held deletes or a damaged tail.
+the current definitions and rewrites it when it held deletes or damage. A damaged record
+is skipped and reading goes on at the next record that checks out; the file as it was is
+kept aside first (`*.corrupt`), so that no rewrite loses what could not be read.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lavin.storage.disk import fsync_directory
+from lavin.storage.quarantine import copy_aside
 from pamqp import decode as amqp_decode
 from pamqp import encode as amqp_encode
 
@@ -31,6 +34,7 @@ _QUEUE_DELETE = "queue.delete"
 _BIND = "bind"
 _UNBIND = "unbind"
 _DELETES = frozenset((_EXCHANGE_DELETE, _QUEUE_DELETE, _UNBIND))
+_OPERATIONS = frozenset((_EXCHANGE_DECLARE, _QUEUE_DECLARE, _BIND)) | _DELETES
 
 
 @dataclass
@@ -213,6 +217,36 @@ def _binding_record(op: str, binding: BindingDef) -> dict[str, Any]:
     }
 
 
+def _read_frame(data: bytes, offset: int) -> dict[str, Any] | str:
+    """The record of the frame at `offset`, or what is wrong with the frame."""
+    if offset + _FRAME.size > len(data):
+        return "truncated"
+    length, crc = _FRAME.unpack_from(data, offset)
+    payload = data[offset + _FRAME.size : offset + _FRAME.size + length]
+    if len(payload) < length:
+        return "truncated"
+    if zlib.crc32(payload) != crc:
+        return "corrupt"
+    try:
+        _, record = amqp_decode.field_table(payload)
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"unreadable ({exc})"
+    if record.get("op") not in _OPERATIONS:
+        return f"unreadable (operation {record.get('op')!r})"
+    return record
+
+
+def _next_readable_frame(data: bytes, start: int) -> int | None:
+    """Where the first frame at or after `start` that checks out begins: reading resumes
+    there after damage. None when no frame does."""
+    for offset in range(start, len(data) - _FRAME.size + 1):
+        if offset + _FRAME.size + _FRAME.unpack_from(data, offset)[0] > len(data):
+            continue  # most positions end here, before any crc
+        if not isinstance(_read_frame(data, offset), str):
+            return offset
+    return None
+
+
 def _frame(record: dict[str, Any]) -> bytes:
     payload = amqp_encode.field_table(_encodable(record))
     return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
@@ -230,21 +264,40 @@ class DefinitionsStore:
         self._fd = -1
 
     def load(self) -> Definitions:
-        """Read the log; rewrite it compactly when it held deletes or a damaged tail."""
+        """Read the log; rewrite it compactly when it held deletes or damage."""
         self._folded = _FoldedDefinitions()
         self._deletes = 0
         data = self.path.read_bytes() if self.path.exists() else b""
         offset = 0
-        problem = ""
+        read = [0]  # records read before the first damage, then after each
+        damage: list[str] = []
         while offset < len(data):
             problem = self._apply_frame(data, offset)
-            if problem:
+            if not problem:
+                read[-1] += 1
+                offset += _FRAME.size + _FRAME.unpack_from(data, offset)[0]
+                continue
+            resume = _next_readable_frame(data, offset + 1)
+            if resume is None and problem == "truncated":  # the broker stopped while appending it
+                log.warning("%s: truncated record at byte %d; ignoring it", self.path, offset)
                 break
-            offset += _FRAME.size + _FRAME.unpack_from(data, offset)[0]
-        if problem:
-            log.warning("%s: %s record at byte %d; ignoring it and all after it", self.path, problem, offset)
+            end = len(data) if resume is None else resume
+            damage.append(f"{problem} record at byte {offset}, {end - offset} bytes")
+            read.append(0)
+            offset = end
+        if damage:
+            log.error(
+                "%s: %d damaged stretch(es) skipped (%s); %d record(s) read before the damage and %d after; "
+                "the file as it was is kept as %s",
+                self.path,
+                len(damage),
+                "; ".join(damage),
+                read[0],
+                sum(read[1:]),
+                copy_aside(self.path).name,
+            )
         self.close()
-        if problem or self._deletes:
+        if offset < len(data) or damage or self._deletes:
             self._compact()
         else:
             self._open_for_append()
@@ -277,16 +330,10 @@ class DefinitionsStore:
 
     def _apply_frame(self, data: bytes, offset: int) -> str:
         """Apply the record at `offset`; what is wrong with it, or "" when nothing is."""
-        if offset + _FRAME.size > len(data):
-            return "truncated"
-        length, crc = _FRAME.unpack_from(data, offset)
-        payload = data[offset + _FRAME.size : offset + _FRAME.size + length]
-        if len(payload) < length:
-            return "truncated"
-        if zlib.crc32(payload) != crc:
-            return "corrupt"
+        record = _read_frame(data, offset)
+        if isinstance(record, str):
+            return record
         try:
-            _, record = amqp_decode.field_table(payload)
             self._folded.apply(record)
         except (ValueError, KeyError, TypeError) as exc:
             return f"unreadable ({exc})"

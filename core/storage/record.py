@@ -5,7 +5,7 @@ little-endian:
 
     u32  length      bytes after this 9-byte header
     u32  crc32       of the flags byte and everything after it
-    u8   flags       FLAG_PERSISTENT
+    u8   flags       FLAG_PERSISTENT, FLAG_HOLE
     u64  timestamp   broker receive time, ms since the epoch
     u8 + bytes       exchange
     u8 + bytes       routing key
@@ -29,6 +29,10 @@ FILE_HEADER_BYTES: Final = FILE_HEADER.pack(FORMAT_VERSION)
 
 HEADER_SIZE: Final = 9  # length, crc32, flags
 FLAG_PERSISTENT: Final = 0x01
+# Written by recovery over damaged bytes: stands for a lost record, so that the records
+# after it keep their positions (and a stream's offsets); readers pass over it.
+FLAG_HOLE: Final = 0x02
+DAMAGED: Final = -1  # `intact_flags` of a record that fails its crc
 LENGTH: Final = struct.Struct("<I")  # the record length, and those of properties
 
 _LENGTH_CRC: Final = struct.Struct("<II")
@@ -103,6 +107,24 @@ def record_size(buffer: bytes | bytearray, offset: int) -> int:
     """Size of the record at `offset`, header included."""
     size: int = HEADER_SIZE + LENGTH.unpack_from(buffer, offset)[0]
     return size
+
+
+def intact_flags(buffer: bytes, offset: int, size: int) -> int:
+    """The flags byte of the record at `offset`, `size` bytes as its length field says,
+    when it matches its crc; DAMAGED when it does not, or `buffer` ends before it."""
+    end = offset + size
+    if size < FIXED_SIZE or end > len(buffer):
+        return DAMAGED
+    crc: int = _LENGTH_CRC.unpack_from(buffer, offset)[1]
+    return buffer[offset + _CRC_START] if zlib.crc32(buffer[offset + _CRC_START : end]) == crc else DAMAGED
+
+
+def hole_records(sizes: list[int], timestamp: int) -> bytes:
+    """Holes of the given sizes, each at least FIXED_SIZE bytes, back to back."""
+    buffer = bytearray()
+    for size in sizes:
+        append_record(buffer, timestamp, b"", b"", b"", bytes(size - FIXED_SIZE), FLAG_HOLE)
+    return bytes(buffer)
 
 
 def decode_record(buffer: bytes, offset: int) -> Message:

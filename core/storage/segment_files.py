@@ -7,21 +7,27 @@ u32 little-endian byte positions of the records of that segment that were acked.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import mmap
 import os
+import struct
 import sys
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final, NamedTuple, Protocol
 
+from lavin.storage.quarantine import copy_aside
 from lavin.storage.record import (
     FILE_HEADER,
     FILE_HEADER_SIZE,
+    FIXED_SIZE,
     FORMAT_VERSION,
     HEADER_SIZE,
     LENGTH,
     check_record,
+    hole_records,
     record_size,
 )
 
@@ -34,6 +40,7 @@ _POSITION_SIZE: Final = 4
 _READ_AHEAD: Final = 128 << 10
 _SCAN_CHUNK: Final = 1 << 20
 _BIG_ENDIAN_HOST: Final = sys.byteorder == "big"
+_TIMESTAMP: Final = struct.Struct("<Q")  # follows a record's header
 
 
 def numbered_path(directory: Path, prefix: str, segment_id: int) -> Path:
@@ -60,9 +67,9 @@ def list_ids(directory: Path, prefix: str, digits: int = _ID_DIGITS) -> list[int
 
 
 def create_segment_file(directory: Path, segment_id: int) -> int:
-    """An fd of a new, empty segment file, opened for appending and reading."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND
-    return os.open(segment_path(directory, segment_id), flags, 0o644)
+    """An fd of a segment file, created when missing, for reading and for writes at given
+    positions (`write_at`): not O_APPEND, so that a failed write is written over."""
+    return os.open(segment_path(directory, segment_id), os.O_RDWR | os.O_CREAT, 0o644)
 
 
 def list_segments(directory: Path, companion_prefix: str) -> list[int]:
@@ -74,40 +81,24 @@ def list_segments(directory: Path, companion_prefix: str) -> list[int]:
     return segment_ids
 
 
-def write_fully(fd: int, data: bytes | bytearray) -> None:
-    """Write all of `data`: one os.write may take only part of it."""
-    written = os.write(fd, data)
-    if written < len(data):  # only on signals or a full disk
-        with memoryview(data) as view:
-            while written < len(data):
-                written += os.write(fd, view[written:])
+def write_at(fd: int, data: bytes | bytearray, offset: int) -> None:
+    """Write all of `data` at `offset`, where the file's last whole record ends.
 
-
-class RetiredFds:
-    """Fds of deleted segment files. The core may still be syncing one in another thread,
-    so each stays open until the second flush after its segment was deleted."""
-
-    __slots__ = ("_closing", "_retired")
-
-    def __init__(self) -> None:
-        self._retired: list[int] = []  # since the last flush
-        self._closing: list[int] = []  # closed at the next flush
-
-    def retire(self, fds: Iterable[int]) -> None:
-        self._retired.extend(fds)
-
-    def flushing(self) -> None:
-        """A flush begins: close the fds retired before the previous one."""
-        for fd in self._closing:
-            os.close(fd)
-        self._closing, self._retired = self._retired, []
-
-    def close_all(self, others: list[int]) -> None:
-        """The store closes: close every retired fd now, and `others` with them."""
-        fds = self._closing + self._retired + others
-        self._closing, self._retired = [], []
-        for fd in fds:
-            os.close(fd)
+    On failure (a full disk, an I/O error, the file size limit) the file is cut back to
+    `offset` and the error raised. The caller keeps `data` and writes it at the same
+    offset again: should the cut fail too, that write covers the torn bytes, which are a
+    prefix of it, and a torn record is never followed by a second copy.
+    """
+    try:
+        written = os.pwrite(fd, data, offset)
+        if written < len(data):  # only on signals or a full disk
+            with memoryview(data) as view:
+                while written < len(data):
+                    written += os.pwrite(fd, view[written:], offset + written)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, offset)
+        raise
 
 
 class SegmentFile(Protocol):
@@ -131,7 +122,8 @@ class ReadWindow:
         self.data = b""
 
     def locate(self, segment: SegmentFile, position: int) -> tuple[bytes, int, int]:
-        """A buffer holding the whole record at `position`, its offset there, its size."""
+        """A buffer holding the whole record at `position`, its offset there, its size.
+        The buffer ends before the record when the file does: `record.intact_flags` tells."""
         data = self.data
         offset = position - self.start
         if self.segment is segment and 0 <= offset <= len(data) - HEADER_SIZE:
@@ -142,7 +134,8 @@ class ReadWindow:
         data = os.pread(segment.fd, _READ_AHEAD, position)
         size = record_size(data, 0)
         if size > len(data):
-            data = os.pread(segment.fd, size, position)
+            # Capped at the file's end: a damaged length field must not allocate gigabytes.
+            data = os.pread(segment.fd, min(size, os.fstat(segment.fd).st_size - position), position)
         self.segment, self.start, self.data = segment, position, data
         return data, 0, size
 
@@ -181,23 +174,39 @@ class ScannedSegment(NamedTuple):
 RecordVisitor = Callable[[int, memoryview, int, tuple[int, bool, int]], None]
 
 
+class UnsupportedSegment(ValueError):
+    """A segment file whose format version this broker does not know."""
+
+
+def check_header(fd: int, path: Path) -> bool:
+    """Whether a segment file holds its format header: False when it is too short (the
+    broker stopped while creating it). Raises UnsupportedSegment for an unknown version."""
+    header = os.pread(fd, FILE_HEADER_SIZE, 0)
+    if len(header) < FILE_HEADER_SIZE:
+        return False
+    (version,) = FILE_HEADER.unpack(header)
+    if version != FORMAT_VERSION:
+        raise UnsupportedSegment(f"{path}: unsupported segment format version {version}")
+    return True
+
+
 def scan_records(fd: int, path: Path, visit: RecordVisitor, *, sync_truncation: bool) -> int | None:
     """Validate the records of a segment file in order, handing each to `visit`; return
     the size of the valid data.
 
-    A record that is cut short or fails its crc ends the segment: the file is truncated
-    there, and synced if `sync_truncation`. Returns None for a file too short to hold its
-    format header (the broker stopped while creating it); raises ValueError for an unknown
-    format version.
+    A damaged record followed by intact ones is passed over: the file is first copied
+    aside (`*.corrupt`), then the damaged bytes are overwritten with holes (see
+    `lavin.storage.record.FLAG_HOLE`, visited like records), and an ERROR names the
+    file and the counts. A damaged record with nothing intact after it is a torn tail:
+    the file is truncated there (synced if `sync_truncation`) with a WARNING. Returns
+    None for a file too short to hold its format header (the broker stopped while
+    creating it); raises UnsupportedSegment for an unknown format version.
     """
     file_size = os.fstat(fd).st_size
-    header = os.pread(fd, FILE_HEADER_SIZE, 0)
-    if len(header) < FILE_HEADER_SIZE:
+    if not check_header(fd, path):
         log.warning("%s: segment without a header; removing it", path)
         return None
-    (version,) = FILE_HEADER.unpack(header)
-    if version != FORMAT_VERSION:
-        raise ValueError(f"{path}: unsupported segment format version {version}")
+    repair = _Repair(path)
     position = FILE_HEADER_SIZE
     chunk, chunk_start = memoryview(b""), position
     problem = ""
@@ -205,28 +214,115 @@ def scan_records(fd: int, path: Path, visit: RecordVisitor, *, sync_truncation: 
         offset = position - chunk_start
         if offset + HEADER_SIZE > len(chunk):
             chunk, chunk_start, offset = memoryview(os.pread(fd, _SCAN_CHUNK, position)), position, 0
-            if len(chunk) < HEADER_SIZE:
-                problem = "truncated"
-                break
-        size = HEADER_SIZE + LENGTH.unpack_from(chunk, offset)[0]
-        if position + size > file_size:
-            problem = "truncated"
-            break
-        if offset + size > len(chunk):
-            chunk = memoryview(os.pread(fd, max(_SCAN_CHUNK, size), position))
-            chunk_start, offset = position, 0
-        checked = check_record(chunk, offset)
+        checked = None
+        size = 0
+        if len(chunk) >= HEADER_SIZE:
+            size = HEADER_SIZE + LENGTH.unpack_from(chunk, offset)[0]
+            if position + size <= file_size:
+                if offset + size > len(chunk):
+                    chunk = memoryview(os.pread(fd, max(_SCAN_CHUNK, size), position))
+                    chunk_start, offset = position, 0
+                checked = check_record(chunk, offset)
         if checked is None:
-            problem = "corrupt"
-            break
+            resume = _next_intact_record(fd, position + FIXED_SIZE, file_size)
+            if resume is None:
+                problem = "truncated" if not size or position + size > file_size else "corrupt"
+                break
+            repair.fill(fd, position, resume, visit)
+            position, chunk = resume, memoryview(b"")  # the file changed under the chunk
+            continue
         visit(position, chunk, offset, checked)
+        repair.intact += 1
         position += size
     if problem:
         log.warning("%s: %s record at byte %d; truncating the segment there", path, problem, position)
         os.ftruncate(fd, position)
+    if repair.damaged or problem:
         if sync_truncation:
             os.fsync(fd)
+        repair.report()
     return position
+
+
+class _Repair:
+    """Damaged stretches of one segment file, overwritten with holes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.intact = 0  # records visited as they were
+        self.damaged = 0  # records the holes stand for
+        self.damaged_bytes = 0
+        self.first_damage = -1
+        self.kept: Path | None = None  # the copy of the file as it was
+
+    def fill(self, fd: int, start: int, end: int, visit: RecordVisitor) -> None:
+        """Overwrite the bytes from `start` to the intact record at `end` with holes, one
+        per record that was there when its length fields tell, and visit them."""
+        if self.kept is None:
+            self.kept = copy_aside(self.path)
+            self.first_damage = start
+        count = _records_between(fd, start, end)
+        sizes = [FIXED_SIZE] * (count - 1) + [end - start - (count - 1) * FIXED_SIZE]
+        timestamp: int = _TIMESTAMP.unpack(os.pread(fd, _TIMESTAMP.size, end + HEADER_SIZE))[0]
+        holes = hole_records(sizes, timestamp)
+        writer = os.open(self.path, os.O_WRONLY)  # `fd` may be O_APPEND, which pwrite obeys on Linux
+        try:
+            if os.pwrite(writer, holes, start) != len(holes):
+                raise OSError(f"{self.path}: short write of holes at byte {start}")
+        finally:
+            os.close(writer)
+        view = memoryview(holes)
+        offset = 0
+        for size in sizes:
+            checked = check_record(view, offset)
+            assert checked is not None  # holes are records by construction
+            visit(start + offset, view, offset, checked)
+            offset += size
+        self.damaged += count
+        self.damaged_bytes += end - start
+
+    def report(self) -> None:
+        if self.kept is None:
+            return
+        log.error(
+            "%s: %d damaged record(s) (%d bytes, the first at byte %d) passed over, %d intact record(s) kept; "
+            "the file as it was is kept as %s",
+            self.path,
+            self.damaged,
+            self.damaged_bytes,
+            self.first_damage,
+            self.intact,
+            self.kept.name,
+        )
+
+
+def _next_intact_record(fd: int, start: int, file_size: int) -> int | None:
+    """Position of the first intact record at or after `start`: where reading resumes
+    after damage. None when there is none."""
+    if start + FIXED_SIZE > file_size:
+        return None
+    with mmap.mmap(fd, file_size, prot=mmap.PROT_READ) as mapped, memoryview(mapped) as view:
+        for position in range(start, file_size - FIXED_SIZE + 1):
+            length: int = LENGTH.unpack_from(view, position)[0]
+            if length < FIXED_SIZE - HEADER_SIZE or position + HEADER_SIZE + length > file_size:
+                continue  # most positions end here, before any crc
+            if check_record(view, position) is not None:
+                return position
+    return None
+
+
+def _records_between(fd: int, start: int, end: int) -> int:
+    """How many records lay from `start` to the intact record at `end`: the hops of their
+    length fields when those land exactly on `end` (the damage spared them), else one.
+    Never more than holes of FIXED_SIZE that fit."""
+    data = os.pread(fd, end - start, start)
+    position = count = 0
+    while position + HEADER_SIZE <= len(data):
+        position += HEADER_SIZE + LENGTH.unpack_from(data, position)[0]
+        count += 1
+    if position != len(data):
+        count = 1
+    return max(1, min(count, len(data) // FIXED_SIZE))
 
 
 def scan_segment(fd: int, path: Path, acked: set[int]) -> ScannedSegment | None:

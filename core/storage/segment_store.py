@@ -10,6 +10,8 @@ docs/storage.md describes the files, the recovery rules and the group-commit con
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 from array import array
@@ -19,8 +21,10 @@ from pathlib import Path
 from typing import Final
 
 from lavin.api.message import Message, is_persistent
+from lavin.storage import quarantine
 from lavin.storage.decoded_window import DecodedWindow
-from lavin.storage.disk import ensure_directory, open_directory, recreate_directory
+from lavin.storage.disk import ensure_directory, recreate_directory
+from lavin.storage.open_files import OPEN_FILES, PooledDirectory
 from lavin.storage.record import (
     FILE_HEADER_BYTES,
     FILE_HEADER_SIZE,
@@ -35,7 +39,7 @@ from lavin.storage.record import (
 from lavin.storage.segment_files import (
     ACK_PREFIX,
     ReadWindow,
-    RetiredFds,
+    UnsupportedSegment,
     ack_path,
     create_segment_file,
     list_segments,
@@ -43,9 +47,11 @@ from lavin.storage.segment_files import (
     positions_bytes,
     scan_segment,
     segment_path,
-    write_fully,
+    write_at,
 )
 from mypy_extensions import mypyc_attr
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_SIZE: Final = 8 << 20
 _POSITION_MASK: Final = 0xFFFFFFFF
@@ -54,18 +60,27 @@ _NO_SKIP: Final = -1
 
 
 class _Segment:
-    __slots__ = ("ack_fd", "base", "fd", "id", "live", "pending_acks", "persistent", "size", "skip")
+    """One segment file and its ack file; an entry of the open-file pool (OPEN_FILES)."""
+
+    __slots__ = ("ack_fd", "ack_size", "base", "fd", "id", "live", "pending_acks", "persistent", "size", "skip")
 
     def __init__(self, segment_id: int, fd: int, size: int, live: int, skip: array[int]) -> None:
         self.id = segment_id
         self.base = segment_id << 32  # id of the record at position 0
-        self.fd = fd  # -1 once deleted, or until a non-durable store first writes it
+        self.fd = fd  # -1 while closed: not written yet, given back to the pool, or deleted
         self.size = size  # bytes handed to the OS
         self.live = live  # records not acked yet: ready or taken
         self.persistent = False  # holds persistent records of a durable store: acks are written
         self.skip = skip  # recovered segments: ascending positions the cursor passes over
         self.ack_fd = -1
+        self.ack_size = -1  # bytes of whole entries in the ack file; -1: it has none
         self.pending_acks = array("I")
+
+    def take_fds(self) -> list[int]:
+        """The pool takes the fds back; the store reopens the files when it next uses them."""
+        fds = [fd for fd in (self.fd, self.ack_fd) if fd >= 0]
+        self.fd = self.ack_fd = -1
+        return fds
 
 
 # Queue-type plugins subclass it, and setup.py may compile this module.
@@ -79,7 +94,6 @@ class SegmentStore:
     _cursor_id: int  # id of the record read next
     _next_skip: int  # in the cursor's segment: next skipped position, or _NO_SKIP
     _skip_index: int
-    _dir_fd: int
 
     __slots__ = (
         "_acks_dirty",
@@ -87,8 +101,8 @@ class SegmentStore:
         "_cursor_id",
         "_cursor_reader",
         "_dir_changed",
-        "_dir_fd",
         "_dir_made",
+        "_directory",
         "_last_push_body_size",
         "_last_push_end",
         "_last_push_id",
@@ -100,15 +114,16 @@ class SegmentStore:
         "_removed_requeued",
         "_requeued",
         "_requeued_ready",
-        "_retired_fds",
         "_segments",
         "_skip_index",
-        "_sync_fds",
+        "_sync_acks",
+        "_sync_segments",
         "_window",
         "_write",
         "_write_buffer",
         "_write_dirty",
         "_write_end",
+        "_write_failing",
         "durable",
         "path",
         "segment_size",
@@ -135,17 +150,19 @@ class SegmentStore:
         self._last_push_end = 0
         self._last_push_body_size = 0
         self._acks_dirty: list[_Segment] = []  # segments with pending acks
-        self._sync_fds: set[int] = set()  # besides the write segment's: segments rolled over
+        # Written since the last flush that returned their fds: segments with persistent
+        # records, and segments whose ack files received acks.
+        self._sync_segments: list[_Segment] = []
+        self._sync_acks: list[_Segment] = []
         self._dir_changed = False  # a file was created since the directory was last synced
-        self._retired_fds = RetiredFds()
+        self._write_failing = False  # the last write failed: the buffer waits for the next flush
         self._window = DecodedWindow()
+        self._directory = PooledDirectory(path)
         if durable:
             ensure_directory(path)
-            self._dir_fd = open_directory(path)
             self._recover()
-        else:
-            self._dir_fd = -1  # the directory appears with the first write: empty queues cost no files
-        self._dir_made = durable
+            self._adopt_recovered_files()
+        self._dir_made = durable  # a non-durable store's directory appears with its first write
         self._create_write_segment(max(self._segments, default=0) + 1)
         self._move_cursor(next(iter(self._segments.values())))
 
@@ -157,8 +174,7 @@ class SegmentStore:
         properties = message.properties
         body = message.body
         position = self._write_end
-        if position + size > self.segment_size and position > FILE_HEADER_SIZE:
-            self._roll()
+        if position + size > self.segment_size and position > FILE_HEADER_SIZE and self._rolled():
             position = FILE_HEADER_SIZE
         persistent = is_persistent(properties)
         timestamp = message.timestamp
@@ -186,8 +202,9 @@ class SegmentStore:
         self._last_push_id = message_id
         self._last_push_end = message_id + size
         self._last_push_body_size = len(body)
-        if len(self._write_buffer) > _WRITE_BUFFER_LIMIT:
-            self._write_out()
+        if len(self._write_buffer) > _WRITE_BUFFER_LIMIT and not self._write_failing:
+            with contextlib.suppress(OSError):  # the buffer waits for the flush, which reports it
+                self._write_out()
         return message_id
 
     def take(self) -> tuple[int, Message, bool] | None:
@@ -344,38 +361,38 @@ class SegmentStore:
         """Hand buffered records and acks to the OS; return the fds that need an fsync.
 
         Only durable stores return fds, and only after persistent records or their acks
-        were written. The fds stay open until `close`, except those of segments deleted as
-        fully acked, which close at the second flush after the deletion.
+        were written. Raises OSError when a write fails: what was not written stays
+        buffered (records) or pending (acks), the files end at their last whole record or
+        entry, and the next flush writes it again and returns every fd still to fsync.
         """
-        self._retired_fds.flushing()
         self._write_out()
-        if not (self._write_dirty or self._acks_dirty or self._sync_fds):
-            return []
-        sync = self._sync_fds
-        self._sync_fds = set()
         if self._write_dirty:
-            sync.add(self._write.fd)
+            self._sync_segments.append(self._write)
             self._write_dirty = False
-        for segment in self._acks_dirty:
-            if segment.fd < 0:
-                continue  # deleted meanwhile: its acks no longer matter
-            if segment.ack_fd < 0:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-                segment.ack_fd = os.open(ack_path(self.path, segment.id), flags, 0o644)
-                self._dir_changed = True
-            write_fully(segment.ack_fd, positions_bytes(segment.pending_acks))
-            del segment.pending_acks[:]
-            sync.add(segment.ack_fd)
-        self._acks_dirty.clear()
-        if self._dir_changed:
-            sync.add(self._dir_fd)
-            self._dir_changed = False
-        return list(sync)
+        self._write_acks()
+        if not (self._sync_segments or self._sync_acks):
+            return []
+        OPEN_FILES.hold()  # opening one must not close another returned here
+        try:
+            fds = {self._segment_fd(segment) for segment in self._sync_segments}
+            fds.update([self._ack_fd(segment) for segment in self._sync_acks])
+            if self._dir_changed:
+                fds.add(self._directory.open())
+        finally:
+            OPEN_FILES.unhold()
+        self._sync_segments.clear()
+        self._sync_acks.clear()
+        self._dir_changed = False
+        return list(fds)
 
     def close(self) -> None:
-        """Write and sync everything, then release the files; the data stays."""
-        for fd in self.flush():
-            os.fsync(fd)
+        """Write and sync everything, then release the files; the data stays. What a
+        failing disk does not take is lost: it was never confirmed."""
+        try:
+            for fd in self.flush():
+                os.fsync(fd)
+        except OSError as exc:
+            log.error("%s: could not write everything before closing: %s", self.path, exc)
         self._close_files()
 
     def delete(self) -> None:
@@ -393,6 +410,8 @@ class SegmentStore:
             buffer = self._write_buffer
             size = record_size(buffer, start)
             return bytes(buffer[start : start + size]), 0, size
+        if segment.fd < 0:  # the pool took it back
+            self._segment_fd(segment)
         return reader.locate(segment, position)
 
     def _peek(self) -> tuple[bytes, int, int]:
@@ -451,20 +470,30 @@ class SegmentStore:
     # -- files -----------------------------------------------------------------------------
 
     def _create_write_segment(self, segment_id: int) -> None:
-        fd = self._open_segment_file(segment_id) if self.durable else -1
-        segment = _Segment(segment_id, fd, 0, 0, array("I"))
+        """A new segment to append to; its file is created by its first write."""
+        segment = _Segment(segment_id, -1, 0, 0, array("I"))
         self._segments[segment_id] = segment
         self._write = segment
         self._write_buffer += FILE_HEADER_BYTES
         self._write_end = FILE_HEADER_SIZE
-        self._dir_changed = True
+
+    def _rolled(self) -> bool:
+        """Roll over unless the write segment cannot be written: then it grows past
+        `segment_size` until a flush writes it again."""
+        if self._write_failing:
+            return False
+        try:
+            self._roll()
+        except OSError:
+            return False
+        return True
 
     def _roll(self) -> None:
-        """Start a new write segment; the old one keeps its fd until it is deleted."""
+        """Start a new write segment once the old one's buffer is written."""
         old = self._write
         self._write_out()
         if self._write_dirty:
-            self._sync_fds.add(old.fd)
+            self._sync_segments.append(old)
             self._write_dirty = False
         self._create_write_segment(old.id + 1)
         if self._cursor is old and self._cursor_id & _POSITION_MASK == old.size:
@@ -472,65 +501,118 @@ class SegmentStore:
         if not old.live:
             self._delete_segment(old)
 
-    def _open_segment_file(self, segment_id: int) -> int:
-        if not self._dir_made:  # a non-durable store: start from an empty directory
-            recreate_directory(self.path)
-            self._dir_made = True
-        return create_segment_file(self.path, segment_id)
+    def _segment_fd(self, segment: _Segment) -> int:
+        """The segment's fd: opened again when the pool took it, or its file created."""
+        fd = segment.fd
+        if fd >= 0:
+            OPEN_FILES.used(segment)
+            return fd
+        if segment.size:
+            fd = os.open(segment_path(self.path, segment.id), os.O_RDWR)
+        else:
+            if not self._dir_made:  # a non-durable store: start from an empty directory
+                recreate_directory(self.path)
+                self._dir_made = True
+            fd = create_segment_file(self.path, segment.id)
+            self._dir_changed = True
+        segment.fd = fd
+        OPEN_FILES.opened(segment)
+        return fd
+
+    def _ack_fd(self, segment: _Segment) -> int:
+        """The fd of the segment's ack file: opened again when the pool took it, or the file created."""
+        fd = segment.ack_fd
+        if fd >= 0:
+            OPEN_FILES.used(segment)
+            return fd
+        fd = segment.ack_fd = os.open(ack_path(self.path, segment.id), os.O_WRONLY | os.O_CREAT, 0o644)
+        if segment.ack_size < 0:
+            segment.ack_size = 0
+            self._dir_changed = True
+        OPEN_FILES.opened(segment)
+        return fd
 
     def _write_out(self) -> None:
+        """Hand the buffer to the OS at the end of the write segment. When that fails the
+        buffer stays and the file is cut back: the next flush writes it again."""
         buffer = self._write_buffer
         if buffer:
-            if self._write.fd < 0:
-                self._write.fd = self._open_segment_file(self._write.id)
-            write_fully(self._write.fd, buffer)
-            self._write.size += len(buffer)
+            segment = self._write
+            try:
+                write_at(self._segment_fd(segment), buffer, segment.size)
+            except OSError:
+                self._write_failing = True
+                raise
+            self._write_failing = False
+            segment.size += len(buffer)
             buffer.clear()
+
+    def _write_acks(self) -> None:
+        """Append the pending acks to the ack files. When a write fails, the acks not
+        written stay pending and the file is cut back to its last whole entry."""
+        dirty = self._acks_dirty
+        while dirty:
+            segment = dirty[-1]
+            if self._segments.get(segment.id) is segment:  # else deleted: its acks no longer matter
+                data = positions_bytes(segment.pending_acks)
+                write_at(self._ack_fd(segment), data, segment.ack_size)
+                segment.ack_size += len(data)
+                del segment.pending_acks[:]
+                self._sync_acks.append(segment)
+            dirty.pop()
 
     def _delete_segment(self, segment: _Segment) -> None:
         del self._segments[segment.id]
         if self._cursor is segment:
             self._move_cursor(self._segment_after(segment))
-        fds = []
-        if segment.fd >= 0:  # else never written: there is no file
+        if segment.size or segment.fd >= 0:  # else never written: there is no file
             os.unlink(segment_path(self.path, segment.id))
-            fds.append(segment.fd)
-        if segment.ack_fd >= 0:
+        if segment.ack_size >= 0:
             os.unlink(ack_path(self.path, segment.id))
-            fds.append(segment.ack_fd)
-        segment.fd = segment.ack_fd = -1
-        if self.durable:
-            self._sync_fds.difference_update(fds)
-            self._retired_fds.retire(fds)
-        else:
-            for fd in fds:
-                os.close(fd)
+        OPEN_FILES.release(segment)
+        if segment in self._sync_segments:
+            self._sync_segments.remove(segment)
+        if segment in self._sync_acks:
+            self._sync_acks.remove(segment)
 
     def _close_files(self) -> None:
-        fds: list[int] = []
         for segment in self._segments.values():
-            if segment.fd >= 0:
-                fds.append(segment.fd)
-            if segment.ack_fd >= 0:
-                fds.append(segment.ack_fd)
-            segment.fd = segment.ack_fd = -1
-        if self._dir_fd >= 0:
-            fds.append(self._dir_fd)
-            self._dir_fd = -1
+            OPEN_FILES.release(segment)
+        self._directory.close()
         self._segments.clear()
         self._window.clear()
-        self._retired_fds.close_all(fds)
+
+    def _adopt_recovered_files(self) -> None:
+        """Give the fds recovery opened to the pool. Ack files are written at known
+        positions, not appended to: they are reopened when next written."""
+        for segment in self._segments.values():
+            if segment.ack_fd >= 0:
+                segment.ack_size = os.fstat(segment.ack_fd).st_size
+                os.close(segment.ack_fd)
+                segment.ack_fd = -1
+            OPEN_FILES.opened(segment)
 
     # -- recovery --------------------------------------------------------------------------
 
     def _recover(self) -> None:
-        """Rebuild the counts from the files: persistent records not acked are ready."""
+        """Rebuild the counts from the files: persistent records not acked are ready.
+
+        A segment of an unknown format is kept aside (`*.corrupt`, its ack file too) and
+        the others are recovered; damaged records are passed over (`scan_records`)."""
+        set_aside: list[str] = []
         for segment_id in list_segments(self.path, ACK_PREFIX):
             path = segment_path(self.path, segment_id)
             acks = ack_path(self.path, segment_id)
             has_acks = acks.exists()
             fd = os.open(path, os.O_RDWR | os.O_APPEND)
-            scanned = scan_segment(fd, path, load_acks(acks) if has_acks else set())
+            try:
+                scanned = scan_segment(fd, path, load_acks(acks) if has_acks else set())
+            except UnsupportedSegment as exc:
+                os.close(fd)
+                set_aside.append(f"{exc}, kept as {quarantine.set_aside(path).name}")
+                if has_acks:
+                    quarantine.set_aside(acks)
+                continue
             if scanned is None or not scanned.live:
                 os.close(fd)
                 path.unlink()
@@ -543,3 +625,12 @@ class SegmentStore:
             self._segments[segment_id] = segment
             self._ready += scanned.live
             self._ready_bytes += scanned.live_bytes
+        if set_aside:
+            log.error(
+                "%s: %d segment(s) not recovered (%s); %d message(s) recovered from %d other segment(s)",
+                self.path,
+                len(set_aside),
+                "; ".join(set_aside),
+                self._ready,
+                len(self._segments),
+            )

@@ -15,12 +15,12 @@ recovery does not read the segment again:
     u32  crc32 of everything before it
 
 A missing, damaged or stale index file (size or first offset disagree with the segment)
-is ignored and the segment is scanned instead.
+is not used to read the segment, which is scanned instead; an intact stale one still tells
+recovery which offsets the segment held (see `lavin.storage.stream_store`).
 """
 
 from __future__ import annotations
 
-import logging
 import struct
 import sys
 import zlib
@@ -30,8 +30,6 @@ from pathlib import Path
 
 from lavin.storage.record import FILE_HEADER_SIZE, HEADER_SIZE
 from lavin.storage.segment_files import numbered_path, scan_records
-
-log = logging.getLogger(__name__)
 
 STRIDE = 128
 INDEX_PREFIX = "index."
@@ -131,16 +129,19 @@ def index_path(directory: Path, segment_id: int) -> Path:
     return numbered_path(directory, INDEX_PREFIX, segment_id)
 
 
-def load_index(path: Path, first_offset: int, segment_size: int) -> SegmentIndex | None:
-    """The saved index of a segment, if it exists and still describes the segment."""
+def load_index(path: Path) -> SegmentIndex | None:
+    """The index file of a segment when it exists and is intact, whether or not it still
+    describes the segment (`describes`): a stale one still tells where offsets stood."""
     try:
-        index = SegmentIndex.from_bytes(path.read_bytes())
+        return SegmentIndex.from_bytes(path.read_bytes())
     except FileNotFoundError:
         return None
-    if index is None or index.first_offset != first_offset or index.size != segment_size or not index.count:
-        log.info("%s does not match its segment; scanning the segment instead", path)
-        return None
-    return index
+
+
+def describes(index: SegmentIndex | None, first_offset: int, segment_size: int) -> bool:
+    """Whether a saved index is the one of a segment starting at `first_offset` with
+    `segment_size` bytes, so that the segment need not be scanned."""
+    return index is not None and index.first_offset == first_offset and index.size == segment_size and index.count > 0
 
 
 def save_index(path: Path, index: SegmentIndex) -> None:

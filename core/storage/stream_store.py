@@ -15,6 +15,7 @@ they know is on disk. docs/streams.md describes the files and the recovery rules
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -27,28 +28,38 @@ from typing import ClassVar
 
 from lavin.api.message import Message, is_persistent
 from lavin.api.queue import Retention, StreamType
-from lavin.storage.disk import ensure_directory, open_directory
+from lavin.storage import quarantine
+from lavin.storage.disk import ensure_directory
+from lavin.storage.open_files import OPEN_FILES, PooledDirectory
 from lavin.storage.record import (
+    DAMAGED,
     FILE_HEADER_BYTES,
     FILE_HEADER_SIZE,
+    FIXED_SIZE,
+    FLAG_HOLE,
     FLAG_PERSISTENT,
     append_record,
     decode_record,
+    hole_records,
+    intact_flags,
     now_ms,
     prepare_record,
     record_size,
 )
 from lavin.storage.segment_files import (
     ReadWindow,
-    RetiredFds,
+    UnsupportedSegment,
+    check_header,
     create_segment_file,
     list_segments,
     segment_path,
-    write_fully,
+    write_at,
 )
 from lavin.storage.stream_index import (
     INDEX_PREFIX,
+    STRIDE,
     SegmentIndex,
+    describes,
     index_path,
     load_index,
     record_timestamp,
@@ -67,12 +78,19 @@ _NEVER = 1 << 64  # sorts after every timestamp: the empty segment being written
 
 
 class _Segment:
+    """One segment file; an entry of the open-file pool (OPEN_FILES)."""
+
     __slots__ = ("fd", "id", "index")
 
     def __init__(self, segment_id: int, fd: int, index: SegmentIndex) -> None:
         self.id = segment_id
-        self.fd = fd  # -1 once retention deleted it
+        self.fd = fd  # -1 while closed: not written yet, given back to the pool, or deleted
         self.index = index
+
+    def take_fds(self) -> list[int]:
+        """The pool takes the fd back; the store reopens the file when it next reads it."""
+        fd, self.fd = self.fd, -1
+        return [fd] if fd >= 0 else []
 
 
 class LogCursor:
@@ -89,21 +107,31 @@ class LogCursor:
 
     def next(self, limit: int) -> tuple[int, Message] | None:
         """(offset, message) at the cursor, then advance; None once the cursor reaches
-        `limit`. Offsets that retention deleted are passed over."""
+        `limit`. Offsets that retention deleted, holes and damaged records are passed over."""
         store = self._store
         if self.offset < store.first_offset:
             self.offset, self._segment = store.first_offset, None
         offset = self.offset
-        if offset >= limit:
-            return None
-        segment = self._segment
-        if segment is None or offset >= segment.index.end_offset:
-            segment = self._segment = store._segment_for(offset)
-            self._position = store._position_of(segment, offset, self._window)
-        buffer, start, size = store._locate(segment, self._position, self._window)
-        self.offset = offset + 1
-        self._position += size
-        return offset, decode_record(buffer, start)
+        while offset < limit:
+            segment = self._segment
+            if segment is None or offset >= segment.index.end_offset:
+                segment = self._segment = store._segment_for(offset)
+                offset, self._position = store._seek(segment, offset, self._window)
+                self.offset = offset
+                continue  # the seek may have passed damaged records, and the limit
+            position = self._position
+            buffer, start, size = store._locate(segment, position, self._window)
+            flags = intact_flags(buffer, start, size)
+            if flags == DAMAGED:
+                offset, self._position = store._after_damage(segment, offset, position, size, self._window)
+                self.offset = offset
+                continue
+            self._position = position + size
+            self.offset = offset + 1
+            if not flags & FLAG_HOLE:
+                return offset, decode_record(buffer, start)
+            offset += 1
+        return None
 
 
 class StreamStore(StreamType):
@@ -130,12 +158,14 @@ class StreamStore(StreamType):
         self._synced_offset = 0
         self._bytes = 0
         self._last_timestamp = 0
-        self._sync_fds: set[int] = set()
+        self._sync_segments: list[_Segment] = []  # written since the last flush that returned their fds
         self._dir_changed = False
-        self._retired_fds = RetiredFds()
+        self._write_failing = False  # the last write failed: the buffer waits for the next flush
+        self._directory = PooledDirectory(path)
         ensure_directory(path)
-        self._dir_fd = open_directory(path)
         next_id = self._recover()
+        for segment in self._segments:
+            OPEN_FILES.opened(segment)
         self._create_write_segment(next_id)
 
     # -- appending -------------------------------------------------------------------------
@@ -144,8 +174,7 @@ class StreamStore(StreamType):
         """Append a message; return its offset."""
         exchange, routing_key, size = prepare_record(message)
         position = self._write_end
-        if position + size > self.segment_size and position > FILE_HEADER_SIZE:
-            self._roll()
+        if position + size > self.segment_size and position > FILE_HEADER_SIZE and self._rolled():
             position = FILE_HEADER_SIZE
         # Never earlier than the previous record, so that timestamps can be searched.
         timestamp = max(message.timestamp or now_ms(), self._last_timestamp)
@@ -159,21 +188,30 @@ class StreamStore(StreamType):
         self._bytes += size
         offset = self._end_offset
         self._end_offset = offset + 1
-        if len(self._write_buffer) > _WRITE_BUFFER_LIMIT:
-            self._write_out()
+        if len(self._write_buffer) > _WRITE_BUFFER_LIMIT and not self._write_failing:
+            with contextlib.suppress(OSError):  # the buffer waits for the flush, which reports it
+                self._write_out()
         return offset
 
     def flush(self) -> list[int]:
-        """Hand buffered records to the OS; return the fds to fsync before `synced`."""
-        self._retired_fds.flushing()
+        """Hand buffered records to the OS; return the fds to fsync before `synced`.
+
+        Raises OSError when a write fails: the records stay buffered, the file ends at its
+        last whole record, and `written_offset` stays until a flush writes them."""
         self._write_out()
-        fds, self._sync_fds = self._sync_fds, set()
         if self._write_dirty:
-            fds.add(self._write.fd)
+            self._sync_segments.append(self._write)
             self._write_dirty = False
-        if self._dir_changed:
-            fds.add(self._dir_fd)
-            self._dir_changed = False
+        OPEN_FILES.hold()  # opening one must not close another returned here
+        try:
+            fds = {self._segment_fd(segment) for segment in self._sync_segments}
+            if self._dir_changed:
+                fds.add(self._directory.open())
+        finally:
+            OPEN_FILES.unhold()
+        self._sync_segments.clear()
+        self._dir_changed = False
+        self._written_offset = self._end_offset
         return list(fds)
 
     def synced(self, offset: int) -> None:
@@ -183,7 +221,7 @@ class StreamStore(StreamType):
         sealed = self._sealed
         while sealed and sealed[0].index.end_offset <= self._synced_offset:
             segment = sealed.popleft()
-            if segment.fd >= 0:
+            if segment.id >= self._segments[0].id:  # else retention deleted it
                 save_index(index_path(self.path, segment.id), segment.index)
         self.enforce_retention()
 
@@ -260,22 +298,61 @@ class StreamStore(StreamType):
         window = ReadWindow()
         while offset < segment.index.end_offset:
             buffer, start, size = self._locate(segment, position, window)
-            if record_timestamp(buffer, start) >= timestamp:
+            if intact_flags(buffer, start, size) == DAMAGED:
+                offset, position = self._after_damage(segment, offset, position, size, window)
+            elif record_timestamp(buffer, start) >= timestamp:
                 return offset
-            offset += 1
-            position += size
+            else:
+                offset += 1
+                position += size
         return offset
 
     def _segment_for(self, offset: int) -> _Segment:
         return self._segments[bisect_right(self._segments, offset, key=lambda s: s.index.first_offset) - 1]
 
-    def _position_of(self, segment: _Segment, offset: int, window: ReadWindow) -> int:
-        """Byte position of `offset` in its segment: from the nearest index entry, walk."""
+    def _seek(self, segment: _Segment, offset: int, window: ReadWindow) -> tuple[int, int]:
+        """(offset, byte position) of `offset` in its segment, from the nearest index entry;
+        a later offset when damage on the way hides where `offset` starts."""
         entry_offset, position = segment.index.entry_for_offset(offset)
         while entry_offset < offset:
-            position += self._locate(segment, position, window)[2]
-            entry_offset += 1
-        return position
+            buffer, start, size = self._locate(segment, position, window)
+            if intact_flags(buffer, start, size) != DAMAGED:
+                entry_offset, position = entry_offset + 1, position + size
+            else:
+                entry_offset, position = self._after_damage(segment, entry_offset, position, size, window)
+        return entry_offset, position
+
+    def _after_damage(
+        self, segment: _Segment, offset: int, position: int, size: int, window: ReadWindow
+    ) -> tuple[int, int]:
+        """Where reading resumes after the record at `offset` failed its crc: the next
+        record when the length field still leads to an intact one, else the next index
+        entry (or the segment's end). Offsets stay where they are either way."""
+        index = segment.index
+        following = position + size
+        if size >= FIXED_SIZE and (following == index.size or self._intact_at(segment, following, window)):
+            resume = offset + 1, following
+        else:
+            entry = (offset - index.first_offset) // STRIDE + 1
+            if entry < len(index.positions):
+                resume = index.first_offset + entry * STRIDE, index.positions[entry]
+            else:
+                resume = index.end_offset, index.size
+        log.error(
+            "%s: the record at offset %d (byte %d) fails its crc; offsets %d to %d are passed over",
+            segment_path(self.path, segment.id),
+            offset,
+            position,
+            offset,
+            resume[0] - 1,
+        )
+        return resume
+
+    def _intact_at(self, segment: _Segment, position: int, window: ReadWindow) -> bool:
+        """Whether an intact record starts at `position`, which may be anywhere."""
+        if position + FIXED_SIZE > segment.index.size:
+            return False
+        return intact_flags(*self._locate(segment, position, window)) != DAMAGED
 
     def _locate(self, segment: _Segment, position: int, window: ReadWindow) -> tuple[bytes, int, int]:
         """(buffer, offset in it, size) of the record at `position` of `segment`."""
@@ -283,17 +360,23 @@ class StreamStore(StreamType):
             start = position - self._written_bytes
             size = record_size(self._write_buffer, start)
             return bytes(self._write_buffer[start : start + size]), 0, size
+        if segment.fd < 0:  # the pool took it back
+            self._segment_fd(segment)
         return window.locate(segment, position)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Write and sync everything, save every index, release the files; the data stays."""
-        for fd in self.flush():
-            os.fsync(fd)
-        self.synced(self._end_offset)
-        if self._write.index.count:  # the next start writes to a new segment: this one is sealed
-            save_index(index_path(self.path, self._write.id), self._write.index)
+        """Write and sync everything, save every index, release the files; the data stays.
+        What a failing disk does not take is lost: it was never confirmed."""
+        try:
+            for fd in self.flush():
+                os.fsync(fd)
+            self.synced(self._end_offset)
+            if self._write.index.count:  # the next start writes to a new segment: this one is sealed
+                save_index(index_path(self.path, self._write.id), self._write.index)
+        except OSError as exc:
+            log.error("%s: could not write everything before closing: %s", self.path, exc)
         self._close_files()
 
     def delete(self) -> None:
@@ -305,37 +388,63 @@ class StreamStore(StreamType):
     # -- files -----------------------------------------------------------------------------
 
     def _create_write_segment(self, segment_id: int) -> None:
-        fd = create_segment_file(self.path, segment_id)
-        segment = _Segment(segment_id, fd, SegmentIndex(self._end_offset))
+        """A new segment to append to; its file is created by its first write."""
+        segment = _Segment(segment_id, -1, SegmentIndex(self._end_offset))
         self._segments.append(segment)
         self._write = segment
         self._write_buffer += FILE_HEADER_BYTES
         self._written_bytes = 0
         self._write_end = FILE_HEADER_SIZE
         self._bytes += FILE_HEADER_SIZE
-        self._dir_changed = True
+
+    def _rolled(self) -> bool:
+        """Roll over unless the write segment cannot be written: then it grows past
+        `segment_size` until a flush writes it again."""
+        if self._write_failing:
+            return False
+        try:
+            self._roll()
+        except OSError:
+            return False
+        return True
 
     def _roll(self) -> None:
         old = self._write
         self._write_out()
-        self._sync_fds.add(old.fd)
+        self._sync_segments.append(old)
         self._write_dirty = False
         self._sealed.append(old)
         self._create_write_segment(old.id + 1)
 
+    def _segment_fd(self, segment: _Segment) -> int:
+        """The segment's fd: opened again when the pool took it, or its file created."""
+        fd = segment.fd
+        if fd >= 0:
+            OPEN_FILES.used(segment)
+            return fd
+        if segment is self._write and not self._written_bytes:
+            fd = create_segment_file(self.path, segment.id)
+            self._dir_changed = True
+        else:
+            fd = os.open(segment_path(self.path, segment.id), os.O_RDWR)
+        segment.fd = fd
+        OPEN_FILES.opened(segment)
+        return fd
+
     def _write_out(self) -> None:
+        """Hand the buffer to the OS at the end of the write segment. When that fails the
+        buffer stays and the file is cut back: the next flush writes it again."""
         buffer = self._write_buffer
         if not buffer:
             return
-        fd = self._write.fd
         try:
-            write_fully(fd, buffer)
+            write_at(self._segment_fd(self._write), buffer, self._written_bytes)
         except OSError:
-            os.ftruncate(fd, self._written_bytes)  # the whole buffer is written again later
+            self._write_failing = True
             raise
+        self._write_failing = False
         self._written_bytes += len(buffer)
         buffer.clear()
-        self._written_offset = self._end_offset
 
     def _drop_oldest(self, count: int) -> None:
         """Delete the `count` oldest segments, after recording where the log now starts."""
@@ -346,9 +455,7 @@ class StreamStore(StreamType):
             os.unlink(segment_path(self.path, segment.id))
             index_path(self.path, segment.id).unlink(missing_ok=True)
             self._bytes -= segment.index.size
-            self._sync_fds.discard(segment.fd)
-            self._retired_fds.retire((segment.fd,))
-            segment.fd = -1
+            OPEN_FILES.release(segment)
         del segments[:count]
 
     def _save_first_segment(self, segment_id: int, first_offset: int) -> None:
@@ -362,7 +469,7 @@ class StreamStore(StreamType):
         finally:
             os.close(fd)
         os.replace(temporary, self.path / FIRST_SEGMENT_FILE)
-        os.fsync(self._dir_fd)
+        os.fsync(self._directory.open())
 
     def _load_first_segment(self) -> tuple[int, int] | None:
         try:
@@ -376,19 +483,19 @@ class StreamStore(StreamType):
         return segment_id, first_offset
 
     def _close_files(self) -> None:
-        fds = [segment.fd for segment in self._segments]
         for segment in self._segments:
-            segment.fd = -1
-        if self._dir_fd >= 0:
-            fds.append(self._dir_fd)
-            self._dir_fd = -1
+            OPEN_FILES.release(segment)
+        self._directory.close()
         self._segments.clear()
-        self._retired_fds.close_all(fds)
 
     # -- recovery --------------------------------------------------------------------------
 
     def _recover(self) -> int:
-        """Number the kept segments from `first_segment`; return the id for the next one."""
+        """Number the kept segments from `first_segment`; return the id for the next one.
+
+        Offsets never move: a damaged segment that now holds fewer records than its own
+        saved index, or the next segment's, says it held gets holes in place of the lost
+        ones (a segment of an unknown format is kept aside and replaced by holes)."""
         segment_ids = list_segments(self.path, INDEX_PREFIX)
         first = self._load_first_segment()
         if first is None:
@@ -398,26 +505,93 @@ class StreamStore(StreamType):
             self._save_first_segment(*first)
         first_id, offset = first
         for segment_id in segment_ids:
-            path = segment_path(self.path, segment_id)
             if segment_id < first_id:  # retention was deleting it when the broker stopped
-                path.unlink()
+                segment_path(self.path, segment_id).unlink()
                 index_path(self.path, segment_id).unlink(missing_ok=True)
+        kept = [segment_id for segment_id in segment_ids if segment_id >= first_id]
+        saved = [load_index(index_path(self.path, segment_id)) for segment_id in kept]
+        for number, segment_id in enumerate(kept):
+            following = saved[number + 1] if number + 1 < len(saved) else None
+            held = _offsets_held(offset, saved[number], following)
+            segment = self._recover_segment(segment_id, offset, saved[number], held)
+            if segment is None:
                 continue
-            fd = os.open(path, os.O_RDWR | os.O_APPEND)
-            index = load_index(index_path(self.path, segment_id), offset, os.fstat(fd).st_size)
-            if index is None:
-                index = scan_index(fd, path, offset)
-                if index is None or not index.count:
-                    os.close(fd)
-                    path.unlink()
-                    index_path(self.path, segment_id).unlink(missing_ok=True)
-                    continue
-                os.fsync(fd)  # what recovery hands out must stay, even after a power loss
-                save_index(index_path(self.path, segment_id), index)
-            self._segments.append(_Segment(segment_id, fd, index))
-            self._bytes += index.size
-            offset = index.end_offset
+            self._segments.append(segment)
+            self._bytes += segment.index.size
+            offset = segment.index.end_offset
         self._end_offset = self._written_offset = self._synced_offset = offset
         if self._segments:
             self._last_timestamp = self._segments[-1].index.last_timestamp
         return max(segment_ids[-1] + 1 if segment_ids else 1, first_id)
+
+    def _recover_segment(
+        self, segment_id: int, first_offset: int, saved: SegmentIndex | None, held: int
+    ) -> _Segment | None:
+        """Open one segment, scanning it unless its saved index describes it; it ends at
+        offset `held` or later. None when it holds nothing and was removed."""
+        path = segment_path(self.path, segment_id)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        index: SegmentIndex | None
+        try:
+            if describes(saved, first_offset, os.fstat(fd).st_size) and check_header(fd, path):
+                assert saved is not None
+                return _Segment(segment_id, fd, saved)
+            if saved is not None:
+                log.info("%s does not match its segment; scanning it instead", index_path(self.path, segment_id))
+            index = scan_index(fd, path, first_offset)
+        except UnsupportedSegment as exc:
+            os.close(fd)
+            log.error("%s, kept as %s; its records are not recovered", exc, quarantine.set_aside(path).name)
+            fd, index = -1, None
+        if index is None and fd >= 0:  # a file without a header
+            os.close(fd)
+            path.unlink()
+            fd = -1
+        if held > (index.end_offset if index is not None else first_offset):
+            fd, index = self._fill_with_holes(segment_id, fd, index or SegmentIndex(first_offset), held)
+        if index is None or not index.count:
+            if fd >= 0:
+                os.close(fd)
+                path.unlink()
+            index_path(self.path, segment_id).unlink(missing_ok=True)
+            return None
+        os.fsync(fd)  # what recovery hands out must stay, even after a power loss
+        save_index(index_path(self.path, segment_id), index)
+        return _Segment(segment_id, fd, index)
+
+    def _fill_with_holes(self, segment_id: int, fd: int, index: SegmentIndex, held: int) -> tuple[int, SegmentIndex]:
+        """Append holes to a segment (a new file when `fd` is -1) until it ends at offset
+        `held`: the offsets of its lost records are never handed out again."""
+        lost_from = index.end_offset
+        if index.count:
+            timestamp = index.last_timestamp
+        else:  # never earlier than what precedes it: timestamps are searched
+            timestamp = self._segments[-1].index.last_timestamp if self._segments else 0
+        count = held - lost_from
+        data, position = hole_records([FIXED_SIZE] * count, timestamp), index.size  # where the scan ended it
+        if fd < 0:
+            fd = create_segment_file(self.path, segment_id)
+            data, position = FILE_HEADER_BYTES + data, 0
+        if os.pwrite(fd, data, position) != len(data):
+            raise OSError(f"{segment_path(self.path, segment_id)}: short write of holes at byte {position}")
+        for _ in range(count):
+            index.add(index.size, FIXED_SIZE, timestamp)
+        log.error(
+            "%s: %d record(s) lost to damage (offsets %d to %d); holes keep the later offsets in place",
+            segment_path(self.path, segment_id),
+            count,
+            lost_from,
+            held - 1,
+        )
+        return fd, index
+
+
+def _offsets_held(first_offset: int, saved: SegmentIndex | None, following: SegmentIndex | None) -> int:
+    """The offset a segment starting at `first_offset` held up to, as far as the saved
+    indexes tell: where its own ended, or where the next segment's begins."""
+    end = first_offset
+    if saved is not None:
+        end = max(end, saved.end_offset)
+    if following is not None:
+        end = max(end, following.first_offset)
+    return end

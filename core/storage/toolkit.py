@@ -8,7 +8,7 @@ from typing import cast
 from lavin.api.queue import QueueType, Retention, StreamType
 from lavin.storage.disk import ensure_directory, recreate_directory
 from lavin.storage.segment_files import list_ids
-from lavin.storage.segment_store import SegmentStore
+from lavin.storage.segment_store import DEFAULT_SEGMENT_SIZE, SegmentStore
 from lavin.storage.stream_store import StreamStore
 
 # The segment store is compiled, and a compiled class cannot subclass the interpreted
@@ -17,15 +17,19 @@ QueueType.register(SegmentStore)
 
 
 class SegmentStorage:
-    """Segment-file stores: FIFO queues and stream logs."""
+    """Segment-file stores: FIFO queues and stream logs, in segments of `segment_size`
+    bytes (the `[main] segment_size` setting) unless a stream asks for its own size."""
 
     max_stream_segment_size = StreamStore.MAX_SEGMENT_SIZE
 
+    def __init__(self, segment_size: int = DEFAULT_SEGMENT_SIZE) -> None:
+        self.segment_size = segment_size
+
     def fifo_store(self, path: Path, durable: bool) -> QueueType:
-        return cast(QueueType, SegmentStore(path, durable))
+        return cast(QueueType, SegmentStore(path, durable, self.segment_size))
 
     def stream_store(self, path: Path, segment_size: int | None, retention: Retention) -> StreamType:
-        return StreamStore(path, segment_size=segment_size, retention=retention)
+        return StreamStore(path, segment_size=segment_size or self.segment_size, retention=retention)
 
     def ensure_directory(self, path: Path) -> None:
         ensure_directory(path)
