@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,12 +72,13 @@ def stop_process(process: subprocess.Popen[bytes], name: str) -> None:
 
 
 @contextmanager
-def lavin(workdir: Path) -> Iterator[Broker]:
-    """`lavin serve` from the same environment as this interpreter (.venv/bin/lavin)."""
+def lavin(workdir: Path, extra_args: Sequence[str] = ()) -> Iterator[Broker]:
+    """`lavin serve` from the same environment as this interpreter (.venv/bin/lavin), with
+    any further `lavin serve` flags."""
     port = free_port()
     log = workdir / "lavin.log"
     command = [str(Path(sys.executable).parent / "lavin"), "serve", "--data-dir", str(workdir / "lavin-data"),
-               "--bind", "127.0.0.1", "--amqp-port", str(port), "--log-level", "warning"]  # fmt: skip
+               "--bind", "127.0.0.1", "--amqp-port", str(port), "--log-level", "warning", *extra_args]  # fmt: skip
     env = {key: value for key, value in os.environ.items() if not key.startswith("LAVIN_")}
     with open(log, "wb") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)

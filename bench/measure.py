@@ -24,12 +24,19 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def process_rss_kib(pid: int) -> int:
+def process_rss_kib(pid: int, *, peak: bool = False) -> int:
+    """The resident set size of a process now, or its peak so far (VmHWM)."""
+    field = "VmHWM:" if peak else "VmRSS:"
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field):
                 return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    raise RuntimeError(f"no {field} for process {pid}")
+
+
+def process_fd_count(pid: int) -> int:
+    """Open file descriptors of a process: sockets, files, epoll, pipes."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 class BrokerCpu:

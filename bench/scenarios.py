@@ -93,16 +93,35 @@ def consume_only(
     return {"preloaded": filled["published"], "preload_rate": filled["publish_rate"], **result}
 
 
-def _raise_file_limit(needed: int) -> None:
+def raise_file_limit(needed: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
         ceiling = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
 
 
+def open_idle_connections(address: Address, count: int, opened: list[Connection]) -> None:
+    """Open `count` connections with one channel each, heartbeats off, into `opened` (which
+    holds every socket opened so far if a handshake fails)."""
+    raise_file_limit(count + 64)
+    for first in range(0, count, CONNECT_BATCH):
+        group = [Connection(address) for _ in range(min(CONNECT_BATCH, count - first))]
+        opened += group
+        steps = [
+            (
+                *connection.handshake_steps(),
+                partial(connection.send, commands.Channel.Open(), CHANNEL),
+                partial(connection.expect, commands.Channel.OpenOk, CHANNEL),
+            )
+            for connection in group
+        ]
+        for stage in zip(*steps, strict=True):
+            for step in stage:
+                step()
+
+
 def idle_connections(address: Address, count: int, broker_pid: int) -> dict[str, Any]:
     """Open `count` connections with one channel each; the broker's RSS growth per connection."""
-    _raise_file_limit(count + 64)
     rss_before = process_rss_kib(broker_pid)
     broker_cpu = BrokerCpu(broker_pid)
     broker_cpu.start()
@@ -110,20 +129,7 @@ def idle_connections(address: Address, count: int, broker_pid: int) -> dict[str,
     started = time.monotonic()
     opened: list[Connection] = []
     try:
-        for first in range(0, count, CONNECT_BATCH):
-            group = [Connection(address) for _ in range(min(CONNECT_BATCH, count - first))]
-            opened += group
-            steps = [
-                (
-                    *connection.handshake_steps(),
-                    partial(connection.send, commands.Channel.Open(), CHANNEL),
-                    partial(connection.expect, commands.Channel.OpenOk, CHANNEL),
-                )
-                for connection in group
-            ]
-            for stage in zip(*steps, strict=True):
-                for step in stage:
-                    step()
+        open_idle_connections(address, count, opened)
         open_seconds = time.monotonic() - started
         generator_cpu = own_cpu_seconds() - cpu_before
         time.sleep(SETTLE_SECONDS)
