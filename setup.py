@@ -33,6 +33,7 @@ HOT_MODULES = (
     "broker/queue.py",
     "broker/vhost.py",
     "storage/decoded_window.py",
+    "storage/open_files.py",
     "storage/record.py",
     "storage/segment_files.py",
     "storage/segment_store.py",

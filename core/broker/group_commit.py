@@ -77,7 +77,8 @@ class _Round:
 
     def settle(self, failed_fds: set[int]) -> None:
         """The fsync is done, with `failed_fds` failing: tell everyone who waited."""
-        OPEN_FILES.unpin(self.fds)
+        if self.fds:
+            OPEN_FILES.unpin(self.fds)
         synced = self.synced and failed_fds.isdisjoint(self.fds)
         for callback in self.waiters:
             callback(synced)
@@ -138,7 +139,7 @@ class GroupCommit:
 
     def _flush(self) -> None:
         self._scheduled = False
-        now = self.loop.time()
+        now = self.loop.time() if self._failing else 0.0
         dirty, self._dirty = self._dirty, set()
         fds: dict[int, Flushable] = {}
         failed: set[Flushable] = set()
@@ -148,7 +149,7 @@ class GroupCommit:
             if retry_at is not None and now < retry_at:
                 failed.add(store)  # not tried again yet: what went into it waits in memory
                 continue
-            written = self._flush_store(store, fds, now)
+            written = self._flush_store(store, fds)
             if written is None:
                 failed.add(store)
                 continue
@@ -165,9 +166,12 @@ class GroupCommit:
                 synced = synced and not failed_fds
                 OPEN_FILES.unpin(fds)
                 fds = {}
-        trace = self._trace if self.tracing else None
-        self._trace = []
+        trace: list[TraceEntry] | None = None
+        if self.tracing:
+            trace, self._trace = self._trace, []
         self.tracing = bool(self._failing)
+        if not (fds or failed or self._waiters or self._publishers):
+            return  # nothing written that needs an fsync, and nobody waits for one
         waiters, self._waiters = self._waiters, []
         publishers, self._publishers = self._publishers, []
         self._rounds.append(
@@ -182,24 +186,26 @@ class GroupCommit:
         )
         self._start_sync()
 
-    def _flush_store(self, store: Flushable, collected: dict[int, Flushable], now: float) -> set[int] | None:
+    def _flush_store(self, store: Flushable, collected: dict[int, Flushable]) -> set[int] | None:
         """The fds `store` returns that this round has not collected yet, pinned; None
         when its write failed."""
         OPEN_FILES.hold()  # what the store returns stays open until pinned
         try:
-            written = set(store.flush_store()).difference(collected)
-            OPEN_FILES.pin(written)
+            returned = store.flush_store()
+            written = set(returned).difference(collected) if returned else set()
+            if written:
+                OPEN_FILES.pin(written)
         except OSError as exc:
-            self._failed(store, exc, now)
+            self._failed(store, exc)
             return None
         finally:
             OPEN_FILES.unhold()
         return written
 
-    def _failed(self, store: Flushable, exc: OSError, now: float) -> None:
+    def _failed(self, store: Flushable, exc: OSError) -> None:
         if store not in self._failing:
             log.error("could not write %r: %s; what goes into it is nacked until it writes again", store, exc)
-        self._failing[store] = now + RETRY_INTERVAL
+        self._failing[store] = self.loop.time() + RETRY_INTERVAL
         if self._retry is None:
             self._retry = self.loop.call_later(RETRY_INTERVAL, self._retry_failing)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import resource
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -34,6 +35,9 @@ class PooledFiles(Protocol):
         ...
 
 
+_NONE_SPARED: Final[frozenset[PooledFiles]] = frozenset()
+
+
 def default_budget() -> int:
     """Entries the pool keeps open: an eighth of the open-file limit."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -46,6 +50,7 @@ class OpenFiles:
     def __init__(self, budget: int = 0) -> None:
         self.budget = budget  # entries; 0: default_budget() at the first use, after start-up raised the limit
         self._entries: dict[PooledFiles, None] = {}  # least recently used first
+        self._newest: PooledFiles | None = None  # the last entry, which using again moves nowhere
         self._holds = 0
         self._held: set[PooledFiles] = set()  # used while held
         self._pins: dict[int, int] = {}  # fd -> how many fsyncs wait for it
@@ -64,17 +69,19 @@ class OpenFiles:
         least recently used others give theirs back while the pool is over budget."""
         self._touch(files)
         if not self._holds:
-            self._make_room(set())
+            self._make_room(_NONE_SPARED)
 
     def used(self, files: PooledFiles) -> None:
         """`files` was used again: the last to give its descriptors back."""
-        if files in self._entries:
+        if files is not self._newest and files in self._entries:
             self._touch(files)
 
     def release(self, files: PooledFiles) -> None:
         """Close the descriptors of `files` (evicted, its file deleted, or its store closes);
         a pinned one once it is unpinned."""
         self._entries.pop(files, None)
+        if files is self._newest:
+            self._newest = None
         for fd in files.take_fds():
             if fd in self._pins:
                 self._closing.add(fd)
@@ -88,7 +95,7 @@ class OpenFiles:
 
     def unhold(self) -> None:
         self._holds -= 1
-        if not self._holds:
+        if not self._holds and self._held:
             held, self._held = self._held, set()
             self._make_room(held)
 
@@ -109,16 +116,17 @@ class OpenFiles:
                 self._closing.discard(fd)
                 os.close(fd)
         if not self._holds:
-            self._make_room(set())
+            self._make_room(_NONE_SPARED)
 
     def _touch(self, files: PooledFiles) -> None:
         entries = self._entries
         entries.pop(files, None)
         entries[files] = None
+        self._newest = files
         if self._holds:
             self._held.add(files)
 
-    def _make_room(self, spared: set[PooledFiles]) -> None:
+    def _make_room(self, spared: AbstractSet[PooledFiles]) -> None:
         """Evict the least recently used entries down to the budget; the spared ones, the
         most recently used, stay even over it."""
         entries = self._entries
