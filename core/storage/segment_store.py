@@ -103,6 +103,7 @@ class SegmentStore:
         "_dir_changed",
         "_dir_made",
         "_directory",
+        "_idle_after_sync",
         "_last_push_body_size",
         "_last_push_end",
         "_last_push_id",
@@ -153,6 +154,9 @@ class SegmentStore:
         # Written since the last flush that returned their fds: segments with persistent
         # records, and segments whose ack files received acks.
         self._sync_segments: list[_Segment] = []
+        # Rolled-over segments nobody reads yet, whose fds go back to the pool once the
+        # fsync of their last records has them pinned: a backlog holds no fd per segment.
+        self._idle_after_sync: list[_Segment] = []
         self._sync_acks: list[_Segment] = []
         self._dir_changed = False  # a file was created since the directory was last synced
         self._write_failing = False  # the last write failed: the buffer waits for the next flush
@@ -365,6 +369,8 @@ class SegmentStore:
         buffered (records) or pending (acks), the files end at their last whole record or
         entry, and the next flush writes it again and returns every fd still to fsync.
         """
+        if self._idle_after_sync:
+            self._release_idle_segments()
         self._write_out()
         if self._write_dirty:
             self._sync_segments.append(self._write)
@@ -500,6 +506,22 @@ class SegmentStore:
             self._move_cursor(self._write)
         if not old.live:
             self._delete_segment(old)
+        elif self._cursor is not old:
+            if old in self._sync_segments:
+                self._idle_after_sync.append(old)
+            else:
+                OPEN_FILES.release(old)
+
+    def _release_idle_segments(self) -> None:
+        """Give back the fds of rolled-over segments that an earlier flush handed over
+        for fsync (pinned by the caller since, or synced) and that nobody reads yet."""
+        waiting = []
+        for segment in self._idle_after_sync:
+            if segment in self._sync_segments:
+                waiting.append(segment)
+            elif segment is not self._cursor and segment.id in self._segments:
+                OPEN_FILES.release(segment)
+        self._idle_after_sync = waiting
 
     def _segment_fd(self, segment: _Segment) -> int:
         """The segment's fd: opened again when the pool took it, or its file created."""
