@@ -65,8 +65,13 @@ class Config:
     channel_max: int = 2047
     max_message_size: int = 128 * MiB
     segment_size: int = 8 * MiB
-    auth_backends: tuple[str, ...] = ("guest",)
+    auth_backends: tuple[str, ...] = ("internal",)
     default_vhost: str = "/"
+    # The user created with the default vhost on the first start (users.json absent), as
+    # RabbitMQ's default_user, default_pass and loopback_users = [default_user].
+    default_user: str = "guest"
+    default_password: str = "guest"
+    default_user_only_loopback: bool = True
     # ms a delivery may stay unacknowledged before its channel is closed (RabbitMQ's
     # default, 30 minutes); 0 disables the check. A queue's x-consumer-timeout overrides it.
     consumer_timeout: int = 1_800_000
@@ -79,11 +84,17 @@ class Config:
     vm_memory_high_watermark: float = 0.4
     vm_memory_high_watermark_absolute: int | None = None
     disk_free_limit: int = 50_000_000
+    # The control socket `lavin ctl` talks to (LavinMQ's control_unix_path); None: <data_dir>/control.sock.
+    control_unix_path: Path | None = None
+    # A definitions file (RabbitMQ's JSON) imported on every start, after users and vhosts load.
+    load_definitions: Path | None = None
     # plugin name -> its `[plugin.NAME]` section, handed to the plugin's lavin_configure hook
     plugin_settings: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
+        self.control_unix_path = Path(self.control_unix_path) if self.control_unix_path else None
+        self.load_definitions = Path(self.load_definitions) if self.load_definitions else None
         self.log_level = LOG_LEVEL_ALIASES.get(self.log_level.lower(), self.log_level.lower())
         self.plugins = tuple(self.plugins)
         self.auth_backends = tuple(self.auth_backends)
@@ -115,6 +126,12 @@ class Config:
             raise StartupError("disk_free_limit must not be negative")
         if not self.auth_backends:
             raise StartupError("auth_backends must name at least one backend")
+        if not self.default_user:
+            raise StartupError("default_user must not be empty")
+
+    @property
+    def control_socket_path(self) -> Path:
+        return self.control_unix_path or self.data_dir / "control.sock"
 
 
 @dataclass(frozen=True)
@@ -143,8 +160,20 @@ def installed_plugins() -> list[InstalledPlugin]:
     return found
 
 
+def _optional_path(text: str) -> Path | None:
+    return Path(text) if text else None
+
+
 def _comma_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def parse_boolean(text: str) -> bool:
+    """INI booleans as configparser reads them: true/false, yes/no, on/off, 1/0."""
+    value = configparser.ConfigParser.BOOLEAN_STATES.get(text.lower())
+    if value is None:
+        raise ValueError("expected true or false")
+    return value
 
 
 # RabbitMQ's information units, in any case: decimal (kB, MB, ...) and binary (K, Ki, KiB, ...).
@@ -172,11 +201,16 @@ INI_KEYS: Mapping[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "segment_size"): ("segment_size", int),
     ("main", "auth_backends"): ("auth_backends", _comma_list),
     ("main", "default_vhost"): ("default_vhost", str),
+    ("main", "default_user"): ("default_user", str),
+    ("main", "default_password"): ("default_password", str),
+    ("main", "default_user_only_loopback"): ("default_user_only_loopback", parse_boolean),
     ("main", "consumer_timeout"): ("consumer_timeout", int),
     ("main", "max_queues"): ("max_queues", int),
     ("main", "vm_memory_high_watermark.relative"): ("vm_memory_high_watermark", float),
     ("main", "vm_memory_high_watermark.absolute"): ("vm_memory_high_watermark_absolute", parse_bytes),
     ("main", "disk_free_limit.absolute"): ("disk_free_limit", parse_bytes),
+    ("main", "control_unix_path"): ("control_unix_path", _optional_path),
+    ("main", "load_definitions"): ("load_definitions", _optional_path),
     ("amqp", "bind"): ("bind", str),
     ("amqp", "port"): ("amqp_port", int),
     ("amqp", "heartbeat"): ("heartbeat", int),

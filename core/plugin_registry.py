@@ -102,7 +102,9 @@ def load_registry(
     )
     check_other_groups(enabled)
     check_auth_backends(auth_backends, registry.auth_backends, installed)
-    configure_plugins(plugin_manager, plugin_settings)
+    # An auth backend's section reaches it through AuthBackend.configure, when the broker starts.
+    hook_settings = {name: section for name, section in plugin_settings.items() if name not in registry.auth_backends}
+    configure_plugins(plugin_manager, hook_settings)
     return registry
 
 

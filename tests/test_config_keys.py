@@ -6,6 +6,7 @@ Keys covered elsewhere:
 - `[main] consumer_timeout`: test_consumer_timeout.py::test_the_setting_times_out_an_unacked_delivery
 - `[main] plugins`: test_plugin_selection.py::test_config_file_enables_plugins
 - `[plugin.NAME]`: test_plugin_selection.py::test_plugin_section_reaches_lavin_configure
+- `[main] default_user`, `default_password`, `default_user_only_loopback`: test_users.py
 """
 
 from __future__ import annotations
@@ -210,13 +211,13 @@ def open_refusal(broker: BrokerProcess, vhost: str) -> tuple[int, str]:
 def test_default_vhost_is_the_vhost_created(configured: StartConfigured) -> None:
     broker = configured("default_vhost = staging")
     assert open_refusal(broker, "/") == (530, "NOT_ALLOWED - vhost / not found")
-    # The vhost exists: the refusal is about permissions, and guest's are on "/" only.
-    assert open_refusal(broker, "staging") == (530, "NOT_ALLOWED - access to vhost 'staging' refused for user 'guest'")
+    # The default user gets its permissions on the default vhost, as in RabbitMQ.
+    pika.BlockingConnection(pika.URLParameters(broker.url.replace("%2F", "staging"))).close()
     assert (broker.data_dir / sha1("staging") / ".vhost").read_text() == "staging"
 
 
 CLERKS_MODULE = '''
-from lavin.api import AccessRefused, AuthBackend, User
+from lavin.api import AccessRefused, AuthBackend, User, VHostPermissions
 
 
 class Clerks(AuthBackend):
@@ -228,7 +229,7 @@ class Clerks(AuthBackend):
         if username == "guest":
             raise AccessRefused("no guests here")
         if (username, password) == ("clerk", "desk"):
-            return User("clerk", permissions={"/": (".*", ".*", ".*")})
+            return User("clerk", permissions={"/": VHostPermissions()})
         return None
 '''
 

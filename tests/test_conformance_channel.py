@@ -32,7 +32,7 @@ from helpers import (
     round_trip,
     unique_name,
 )
-from lavin.api import AuthBackend, User
+from lavin.api import AuthBackend, User, VHostPermissions
 from lavin.config import Config
 from lavin.server import load_plugins
 from lavin.testing.broker import _BrokerThread
@@ -188,7 +188,7 @@ class _Impersonators(AuthBackend):
     async def authenticate(self, username: str, password: str, peer_host: str) -> User | None:
         if username != "relay":
             return None
-        return User("relay", tags=("impersonator",), permissions={"/": (".*", ".*", ".*")})
+        return User("relay", tags=("impersonator",), permissions={"/": VHostPermissions()})
 
 
 def test_an_impersonator_may_publish_with_any_user_id(tmp_path: Path) -> None:

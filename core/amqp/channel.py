@@ -17,6 +17,7 @@ from itertools import takewhile
 from typing import TYPE_CHECKING, Any, Final
 
 from lavin.amqp import codec
+from lavin.amqp.authorization import Authorization
 from lavin.amqp.confirms import PublisherConfirms
 from lavin.amqp.consumer import ChannelConsumer
 from lavin.amqp.handlers import HANDLERS
@@ -27,6 +28,7 @@ from lavin.api.message import Message, check_properties
 from lavin.api.printable import printable
 from lavin.broker.consumer import Settles
 from lavin.broker.direct_reply import rewrite_reply_to
+from lavin.broker.exchange import Exchange
 from lavin.broker.expiry import message_expiration
 from lavin.broker.queue import NEEDS_SYNC, MessageQueue, Queue
 from lavin.broker.vhost import UNROUTED
@@ -52,12 +54,21 @@ Unacked = tuple[Settles, int, ChannelConsumer | None]
 
 
 class Channel:
-    def __init__(self, connection: Connection, channel_id: int, vhost: VHost) -> None:
+    def __init__(self, connection: Connection, channel_id: int, vhost: VHost, authorization: Authorization) -> None:
         self.connection = connection
         self.id = channel_id
         self.vhost = vhost
+        self.authorization = authorization
         self.closing = False
         self.last_queue_name = ""
+        self.server_named_queue = ""  # the name a server-named queue.declare under way gets
+        # The exchange the last publish was allowed to write to, the Exchange of that name
+        # (None for the default exchange) and, for a topic exchange, the routing key allowed:
+        # publishing there again, while that Exchange is not deleted (and so cannot have
+        # changed type), skips the checks, or checks only a new routing key.
+        self._publish_allowed: str | None = None
+        self._publish_allowed_exchange: Exchange | None = None
+        self._publish_allowed_key: str | None = None  # None: not a topic exchange
         self.consumers: dict[str, ChannelConsumer] = {}
         self.unacked: dict[int, Unacked] = {}
         self.consumer_unacked = 0
@@ -151,6 +162,7 @@ class Channel:
             raise errors.PreconditionFailed("invalid UTF-8 in a name or key") from None
         if publish is None:
             raise errors.FrameError(f"cannot decode {payload[4:36]!r}", 60, 40)
+        self._authorize_publish(publish[0], publish[1])
         self._publish = publish
         self._expect_header = True
 
@@ -170,10 +182,47 @@ class Channel:
             return False
         if len(body) > self.connection.broker.config.max_message_size:
             return False
+        try:
+            self._authorize_publish(publish[0], publish[1])
+        except errors.ChannelError as exc:  # the header and body that came with it go unread
+            exc.class_id, exc.method_id = 60, 40
+            self.close_with_error(exc)
+            return True
         self._publish = publish
         self._properties = header[12:]
         self._complete_publish(body)
         return True
+
+    def _authorize_publish(self, exchange: str, routing_key: str) -> None:
+        """basic.publish's checks (RabbitMQ's): write on the exchange and, on a topic
+        exchange, the topic write permission on the routing key. Publishing again where the
+        last publish was allowed costs three comparisons."""
+        authorization = self.authorization
+        if exchange == self._publish_allowed:
+            allowed = self._publish_allowed_exchange
+            if allowed is None or not allowed.deleted:  # None: the default exchange, which stays
+                key = self._publish_allowed_key
+                if key is not None and key != routing_key:
+                    authorization.require_topic(exchange, "write", routing_key)
+                    self._publish_allowed_key = routing_key
+                return
+        authorization.require("exchange", exchange, "write")
+        target = self.vhost.exchanges.get(exchange) if exchange else None
+        if target is None and exchange:  # refused when routed
+            return
+        key = None
+        if target is not None and target.type_name == "topic":
+            authorization.require_topic(exchange, "write", routing_key)
+            key = routing_key
+        self._publish_allowed = exchange
+        self._publish_allowed_exchange = target
+        self._publish_allowed_key = key
+
+    def permissions_changed(self) -> None:
+        """The user's permissions changed: the next publish is checked again."""
+        self._publish_allowed = None
+        self._publish_allowed_exchange = None
+        self._publish_allowed_key = None
 
     def on_header(self, payload: bytes) -> None:
         if self.closing:

@@ -10,14 +10,17 @@ import asyncio
 import logging
 import platform
 import struct
+import time
 import traceback
+from collections.abc import Awaitable
 from typing import Any, Final, cast
 
 import lavin
 from lavin.amqp import codec
+from lavin.amqp.authorization import Authorization, NeedsAuthorization
 from lavin.amqp.channel import Channel
 from lavin.api import errors
-from lavin.api.auth import User
+from lavin.api.auth import AuthBackend, User
 from lavin.api.field_table import decode_table
 from lavin.api.printable import printable
 from lavin.broker.alarms import ResourceAlarms
@@ -66,6 +69,7 @@ PAUSED_FOR_LOGIN: Final = 1  # the auth backends are asked, or a refused login w
 PAUSED_FOR_FLOW: Final = 2  # a queue it publishes to holds it (PublisherFlow)
 PAUSED_FOR_OUTPUT: Final = 4  # what we write to it is over the high-water mark: it does not read
 PAUSED_FOR_ALARM: Final = 8  # a resource alarm blocks it as a publisher
+PAUSED_FOR_AUTHORIZATION: Final = 16  # a frame waits for an authorizer's answer (NeedsAuthorization)
 
 
 class Connection(asyncio.Protocol):
@@ -83,6 +87,8 @@ class Connection(asyncio.Protocol):
         self.channel_max = broker.config.channel_max
         self.heartbeat = 0
         self.user: User | None = None
+        self.auth_backend: AuthBackend | None = None  # the backend that authenticated the user
+        self.authorization: Authorization | None = None  # from login on
         self.vhost: VHost | None = None
         self.peer_host = ""
         self.peer = ""
@@ -96,6 +102,9 @@ class Connection(asyncio.Protocol):
         self._missed_heartbeats = 0
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
+        self._expiry_timer: asyncio.TimerHandle | None = None  # closes it when the credentials expire
+        self._authorization_wait: asyncio.Future[object] | None = None  # what PAUSED_FOR_AUTHORIZATION waits for
+        self._secret_update: asyncio.Task[User | errors.NotAllowed] | None = None
         self.dirty_channels: set[Channel] = set()
         self.flow: PublisherFlow | None = None
 
@@ -141,6 +150,9 @@ class Connection(asyncio.Protocol):
             return
         self._received_since_tick = True
         buffer = self.buffer
+        if self.paused_by & PAUSED_FOR_AUTHORIZATION:  # what was read already waits behind that frame
+            buffer += data
+            return
         if buffer:  # the tail of a frame from the last read
             buffer += data
             data = bytes(buffer)
@@ -188,40 +200,47 @@ class Connection(asyncio.Protocol):
         channel_id: int
         size: int
         content = False  # message content in this read: a resource alarm blocks the connection
-        # Frames that arrive while a login is being checked wait in the buffer.
-        while end - offset >= 7 and self.state != CLOSED and self.state != AUTHENTICATING:
-            frame_type, channel_id, size = unpack_head(data, offset)
-            # RabbitMQ takes a payload of up to frame_max (a frame of frame_max + 8) and so do
-            # clients that split bodies that way; its error still names frame_max - 8.
-            if size > frame_max:
-                raise _frame_error(frame_type, data, offset, f"{{frame_too_large,{size},{frame_max - 8}}}")
-            frame_end = offset + 7 + size
-            if frame_end >= end:
-                break
-            if data[frame_end] != 0xCE:
-                raise _frame_error(frame_type, data, offset, f"{{invalid_frame_end_marker,{data[frame_end]}}}")
-            payload = data[offset + 7 : frame_end]
-            offset = frame_end + 1
-            # The bulk of all traffic: content and methods on open channels, straight there.
-            if self.state == OPEN and (channel := channels.get(channel_id)) is not None:
-                if frame_type == 3:
-                    channel.on_body(payload)
-                    content = True
-                    continue
-                if frame_type == 2:
-                    channel.on_header(payload)
-                    content = True
-                    continue
-                if frame_type == 1 and size >= 4:
-                    if payload[:4] == codec.BASIC_PUBLISH_ID:
-                        whole = _content_that_follows(data, offset, end, channel_id, frame_max)
-                        if whole is not None and channel.publish_whole(payload, whole[0], whole[1]):
-                            offset = whole[2]
-                            content = True
-                            continue
-                    channel.on_method(payload)
-                    continue
-            self._dispatch(frame_type, channel_id, payload)
+        start = 0  # where the frame being handled begins
+        try:
+            # Frames that arrive while a login is being checked wait in the buffer.
+            while end - offset >= 7 and self.state != CLOSED and self.state != AUTHENTICATING:
+                start = offset
+                frame_type, channel_id, size = unpack_head(data, offset)
+                # RabbitMQ takes a payload of up to frame_max (a frame of frame_max + 8) and so do
+                # clients that split bodies that way; its error still names frame_max - 8.
+                if size > frame_max:
+                    raise _frame_error(frame_type, data, offset, f"{{frame_too_large,{size},{frame_max - 8}}}")
+                frame_end = offset + 7 + size
+                if frame_end >= end:
+                    break
+                if data[frame_end] != 0xCE:
+                    raise _frame_error(frame_type, data, offset, f"{{invalid_frame_end_marker,{data[frame_end]}}}")
+                payload = data[offset + 7 : frame_end]
+                offset = frame_end + 1
+                # The bulk of all traffic: content and methods on open channels, straight there.
+                if self.state == OPEN and (channel := channels.get(channel_id)) is not None:
+                    if frame_type == 3:
+                        channel.on_body(payload)
+                        content = True
+                        continue
+                    if frame_type == 2:
+                        channel.on_header(payload)
+                        content = True
+                        continue
+                    if frame_type == 1 and size >= 4:
+                        if payload[:4] == codec.BASIC_PUBLISH_ID:
+                            whole = _content_that_follows(data, offset, end, channel_id, frame_max)
+                            if whole is not None and channel.publish_whole(payload, whole[0], whole[1]):
+                                offset = whole[2]
+                                content = True
+                                continue
+                        channel.on_method(payload)
+                        continue
+                self._dispatch(frame_type, channel_id, payload)
+        except NeedsAuthorization as pending:
+            # Nothing of that frame was done yet: it is parsed again once the answer is in.
+            offset = start
+            self._await_authorization(pending.answer)
         if content and self.alarms.active:
             self._block_publisher()
         return offset
@@ -302,10 +321,7 @@ class Connection(asyncio.Protocol):
         elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
             return
         elif isinstance(method, commands.Connection.UpdateSecret):
-            # Accepted as RabbitMQ's internal backend does; no backend checks it yet
-            # (docs/compatibility.md).
-            log.info("connection %s updated its secret, reason: %r", self.peer, method.reason)
-            self.send(codec.method_frame(0, commands.Connection.UpdateSecretOk()))
+            self._update_secret(method)
         else:
             raise errors.CommandInvalid(f"unexpected '{method.name}' on channel 0")
 
@@ -337,14 +353,14 @@ class Connection(asyncio.Protocol):
             return
         self.state = AUTHENTICATING
         self._pause_reading(PAUSED_FOR_LOGIN)
-        task = self.loop.create_task(self.broker.authenticate(username, password, self.peer_host, method.mechanism))
+        task = self.loop.create_task(self.broker.login(username, password, self.peer_host, method.mechanism))
         task.add_done_callback(self._authenticated)
 
-    def _authenticated(self, task: asyncio.Task[User]) -> None:
+    def _authenticated(self, task: asyncio.Task[tuple[User, AuthBackend]]) -> None:
         if self.state != AUTHENTICATING:  # the client went away meanwhile
             return
         try:
-            user = task.result()
+            user, backend = task.result()
         except errors.ConnectionAccessRefused as exc:
             self._refuse_login(exc)
             return
@@ -354,6 +370,8 @@ class Connection(asyncio.Protocol):
             return
         self._resume_reading(PAUSED_FOR_LOGIN)
         self.user = user
+        self.auth_backend = backend
+        self.authorization = Authorization(user)
         tune = commands.Connection.Tune(
             channel_max=self.broker.config.channel_max,
             frame_max=self.broker.config.frame_max,
@@ -411,21 +429,113 @@ class Connection(asyncio.Protocol):
         self.state = AWAIT_OPEN
 
     def _on_open(self, method: commands.Connection.Open) -> None:
-        assert self.user is not None
+        assert self.user is not None and self.authorization is not None
         vhost = self.broker.vhosts.get(method.virtual_host)
         if vhost is None:
             raise errors.NotAllowed(f"vhost {method.virtual_host} not found", 10, 40)
-        if method.virtual_host not in self.user.permissions:
-            raise errors.NotAllowed(
-                f"access to vhost '{method.virtual_host}' refused for user '{self.user.name}'", 10, 40
-            )
+        vhost.check_connection_limit(self.user.name)  # before the access check, as RabbitMQ
+        self.authorization.require_vhost(method.virtual_host)
+        self._watch_expiry()
         self.vhost = vhost
+        vhost.connection_opened(self)
         self.state = OPEN
         if self._close_timer is not None:
             self._close_timer.cancel()
             self._close_timer = None
         self.send(codec.method_frame(0, commands.Connection.OpenOk()))
         self.broker.registry.hooks.lavin_connection_opened(connection=self)
+
+    # ---- permissions ---------------------------------------------------------------------
+
+    def _await_authorization(self, answer: Awaitable[object]) -> None:
+        """A frame waits for `answer`: read nothing until it is in, then parse that frame again."""
+        self._pause_reading(PAUSED_FOR_AUTHORIZATION)
+        wait = asyncio.ensure_future(answer)
+        self._authorization_wait = wait
+        wait.add_done_callback(self._authorization_answered)
+
+    def _authorization_answered(self, wait: asyncio.Future[object]) -> None:
+        if wait is not self._authorization_wait:  # cancelled: the connection is closing
+            return
+        self._authorization_wait = None
+        self._resume_reading(PAUSED_FOR_AUTHORIZATION)
+        if self.buffer and self.state != CLOSED:
+            self.data_received(b"")
+
+    def _stop_awaiting_authorization(self) -> None:
+        wait = self._authorization_wait
+        self._authorization_wait = None
+        if wait is not None:
+            wait.cancel()
+        self._resume_reading(PAUSED_FOR_AUTHORIZATION)
+
+    def permissions_changed(self, user_name: str) -> None:
+        """The permissions of `user_name` changed: if that is this connection's user, ask
+        the authorizer again from now on (the broker's ClientConnection port)."""
+        if self.authorization is not None and self.authorization.user.name == user_name:
+            self._forget_permissions()
+
+    def _forget_permissions(self) -> None:
+        assert self.authorization is not None
+        self.authorization.forget()
+        for channel in self.channels.values():
+            channel.permissions_changed()
+
+    def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
+        """connection.update-secret: the backend that authenticated the user checks the new
+        secret; the frame is parsed again once it has answered, and applies the answer."""
+        update = self._secret_update
+        if update is None:
+            self._secret_update = update = self.loop.create_task(self._check_secret(method.new_secret or ""))
+            raise NeedsAuthorization(update)
+        self._secret_update = None
+        user = update.result()
+        if isinstance(user, errors.NotAllowed):
+            raise user
+        assert self.authorization is not None
+        self.user = user
+        self.authorization.user = user
+        self._forget_permissions()
+        self._watch_expiry()
+        log.info(
+            "connection %s: user '%s' updated secret, reason: %s",
+            self.peer,
+            printable(user.name),
+            printable(method.reason or ""),
+        )
+        self.send(codec.method_frame(0, commands.Connection.UpdateSecretOk()))
+
+    async def _check_secret(self, secret: str) -> User | errors.NotAllowed:
+        """The user with the new secret, or the error that closes the connection (530, with
+        RabbitMQ's texts). A backend without secrets keeps the user, as RabbitMQ's internal
+        backend does."""
+        user, backend = self.user, self.auth_backend
+        assert user is not None and backend is not None
+        try:
+            return await backend.update_secret(user, secret)
+        except NotImplementedError:
+            return user
+        except errors.AccessRefused as exc:
+            log.error("secret update was refused for user '%s': %s", printable(user.name), printable(exc.text))
+            return errors.NotAllowed("New secret was refused by one of the backends", 10, 70)
+        except Exception:  # a broken backend costs this connection only
+            log.exception("secret update for user '%s' failed", printable(user.name))
+            return errors.NotAllowed("Secret update failed", 10, 70)
+
+    def _watch_expiry(self) -> None:
+        """One timer closes the connection when the user's credentials expire (an OAuth2
+        token's expiry); a new secret replaces it."""
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+        expires_at = self.user.expires_at if self.user is not None else None
+        if expires_at is not None:
+            delay = max(0.0, expires_at - time.monotonic())
+            self._expiry_timer = self.loop.call_later(delay, self._credentials_expired)
+
+    def _credentials_expired(self) -> None:
+        self._expiry_timer = None
+        self.close_with_error(errors.ConnectionAccessRefused("credential expired"))
 
     def _channel_open(self, channel_id: int, payload: bytes) -> None:
         if self.state != OPEN:
@@ -441,8 +551,8 @@ class Connection(asyncio.Protocol):
                 20,
                 10,
             )
-        assert self.vhost is not None
-        self.channels[channel_id] = Channel(self, channel_id, self.vhost)
+        assert self.vhost is not None and self.authorization is not None
+        self.channels[channel_id] = Channel(self, channel_id, self.vhost, self.authorization)
         self.send(codec.channel_open_ok_frame(channel_id))
 
     def channel_closed(self, channel: Channel) -> None:
@@ -533,6 +643,7 @@ class Connection(asyncio.Protocol):
         self.state = CLOSING
         self._release_channels()
         self.alarms.release(self)
+        self._stop_awaiting_authorization()
         self._resume_reading(PAUSED_FOR_ALARM)  # for the close-ok; nothing else is taken now
         self.send(
             codec.method_frame(
@@ -574,10 +685,11 @@ class Connection(asyncio.Protocol):
         self.dirty_channels.clear()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._heartbeat_timer, self._close_timer):
+        for timer in (self._heartbeat_timer, self._close_timer, self._expiry_timer):
             if timer is not None:
                 timer.cancel()
-        self._heartbeat_timer = self._close_timer = None
+        self._heartbeat_timer = self._close_timer = self._expiry_timer = None
+        self._stop_awaiting_authorization()
 
     def _handshake_timeout(self) -> None:
         self._close_timer = None

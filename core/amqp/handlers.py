@@ -19,11 +19,12 @@ from lavin.broker.arguments import parse_consumer_priority
 from lavin.broker.direct_reply import ADDRESS_PREFIX, PSEUDO_QUEUE
 from lavin.broker.queue import MessageQueue, Queue
 from lavin.broker.stream_queue import StreamQueue
-from lavin.broker.vhost import check_not_default_exchange
+from lavin.broker.vhost import check_not_default_exchange, check_queue_name, new_queue_name
 from pamqp import commands as c
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Channel
+    from lavin.api.auth import ResourceKind
 
 Handler = Callable[["Channel", Any], None]
 
@@ -47,6 +48,21 @@ def _queue_name(channel: Channel, name: str) -> str:
 
 def _queue(channel: Channel, name: str) -> Queue:
     return channel.vhost.get_queue(_queue_name(channel, name), channel.connection)
+
+
+def _authorize_binding(channel: Channel, kind: ResourceKind, destination: str, source: str, routing_key: str) -> None:
+    """RabbitMQ's checks before a bind or unbind, in its order: write on the destination,
+    read on the source exchange and, when that is a topic exchange, the topic read
+    permission on the binding key."""
+    authorization = channel.authorization
+    authorization.require(kind, destination, "write")
+    check_not_default_exchange(source)
+    if kind == "exchange":
+        check_not_default_exchange(destination)
+    authorization.require("exchange", source, "read")
+    exchange = channel.vhost.exchanges.get(source)
+    if exchange is not None and exchange.type_name == "topic":
+        authorization.require_topic(source, "read", routing_key)
 
 
 def _message_queue(channel: Channel, name: str, operation: str) -> MessageQueue:
@@ -90,26 +106,40 @@ def channel_flow_ok(channel: Channel, method: c.Channel.FlowOk) -> None:
 
 
 def exchange_declare(channel: Channel, method: c.Exchange.Declare) -> None:
+    name = method.exchange
+    arguments = _args(method.arguments)
+    if not method.passive:  # a passive declare needs no permission, as in RabbitMQ
+        check_not_default_exchange(name)
+        authorization = channel.authorization
+        authorization.require("exchange", name, "configure")
+        alternate = arguments.get("alternate-exchange")
+        if isinstance(alternate, str) and name not in channel.vhost.exchanges:
+            # A new exchange that sends elsewhere what it cannot route: read on it, write there.
+            authorization.require("exchange", name, "read")
+            authorization.require("exchange", alternate, "write")
     channel.vhost.declare_exchange(
-        method.exchange,
+        name,
         method.exchange_type,
         passive=bool(method.passive),
         durable=bool(method.durable),
         auto_delete=bool(method.auto_delete),
         internal=bool(method.internal),
-        arguments=_args(method.arguments),
+        arguments=arguments,
     )
     if not method.nowait:
         _reply(channel, c.Exchange.DeclareOk())
 
 
 def exchange_delete(channel: Channel, method: c.Exchange.Delete) -> None:
+    channel.vhost.check_exchange_deletable(method.exchange)  # before the permission, as RabbitMQ
+    channel.authorization.require("exchange", method.exchange, "configure")
     channel.vhost.delete_exchange(method.exchange, if_unused=bool(method.if_unused))
     if not method.nowait:
         _reply(channel, c.Exchange.DeleteOk())
 
 
 def exchange_bind(channel: Channel, method: c.Exchange.Bind) -> None:
+    _authorize_binding(channel, "exchange", method.destination, method.source, method.routing_key)
     vhost = channel.vhost
     destination = vhost.get_exchange(method.destination)
     source = vhost.get_exchange(method.source)
@@ -120,8 +150,7 @@ def exchange_bind(channel: Channel, method: c.Exchange.Bind) -> None:
 
 def exchange_unbind(channel: Channel, method: c.Exchange.Unbind) -> None:
     vhost = channel.vhost
-    check_not_default_exchange(method.source)
-    check_not_default_exchange(method.destination)
+    _authorize_binding(channel, "exchange", method.destination, method.source, method.routing_key)
     destination = vhost.exchanges.get(method.destination)
     source = vhost.exchanges.get(method.source)
     # RabbitMQ answers unbind-ok when an end is missing: the binding is gone either way.
@@ -150,8 +179,9 @@ def queue_declare(channel: Channel, method: c.Queue.Declare) -> None:
         if not method.nowait:
             _declare_ok(channel, name, 0, 1)
         return
-    if method.passive and not name:
-        name = _queue_name(channel, name)
+    arguments = _args(method.arguments)
+    # A passive declare needs no permission, as in RabbitMQ.
+    name = _queue_name(channel, name) if method.passive else _authorized_queue_name(channel, name, arguments)
     queue = channel.vhost.declare_queue(
         name,
         channel.connection,
@@ -159,15 +189,40 @@ def queue_declare(channel: Channel, method: c.Queue.Declare) -> None:
         durable=bool(method.durable),
         exclusive=bool(method.exclusive),
         auto_delete=bool(method.auto_delete),
-        arguments=_args(method.arguments),
+        arguments=arguments,
     )
+    channel.server_named_queue = ""
     channel.last_queue_name = queue.name
     if not method.nowait:
         _declare_ok(channel, queue.name, queue.message_count, queue.consumer_count)
 
 
+def _authorized_queue_name(channel: Channel, name: str, arguments: dict[str, Any]) -> str:
+    """The name a queue.declare declares, once RabbitMQ's checks pass, in its order: the
+    reserved amq. prefix, configure on the queue (a server-named one by the name it gets)
+    and, for a new queue with a dead-letter exchange, read on the queue and write on that
+    exchange."""
+    if name:
+        check_queue_name(name)
+    else:
+        # Kept on the channel until the declare is done: parsed again after waiting for an
+        # authorizer, the declare names the queue whose name was authorized.
+        if not channel.server_named_queue:
+            channel.server_named_queue = new_queue_name()
+        name = channel.server_named_queue
+    authorization = channel.authorization
+    authorization.require("queue", name, "configure")
+    dead_letter_exchange = arguments.get("x-dead-letter-exchange")
+    if isinstance(dead_letter_exchange, str) and name not in channel.vhost.queues:
+        authorization.require("queue", name, "read")
+        authorization.require("exchange", dead_letter_exchange, "write")
+    return name
+
+
 def queue_bind(channel: Channel, method: c.Queue.Bind) -> None:
-    queue = _queue(channel, method.queue)
+    name = _queue_name(channel, method.queue)
+    _authorize_binding(channel, "queue", name, method.exchange, method.routing_key)
+    queue = _queue(channel, name)
     exchange = channel.vhost.get_exchange(method.exchange)
     channel.vhost.bind(exchange, queue, method.routing_key, _args(method.arguments))
     if not method.nowait:
@@ -176,8 +231,9 @@ def queue_bind(channel: Channel, method: c.Queue.Bind) -> None:
 
 def queue_unbind(channel: Channel, method: c.Queue.Unbind) -> None:
     vhost = channel.vhost
-    check_not_default_exchange(method.exchange)
-    queue = vhost.queues.get(_queue_name(channel, method.queue))
+    name = _queue_name(channel, method.queue)
+    _authorize_binding(channel, "queue", name, method.exchange, method.routing_key)
+    queue = vhost.queues.get(name)
     exchange = vhost.exchanges.get(method.exchange)
     # RabbitMQ answers unbind-ok when an end is missing: the binding is gone either way.
     if queue is not None and exchange is not None:
@@ -187,14 +243,18 @@ def queue_unbind(channel: Channel, method: c.Queue.Unbind) -> None:
 
 
 def queue_purge(channel: Channel, method: c.Queue.Purge) -> None:
-    count = _message_queue(channel, method.queue, "queue.purge").purge()
+    name = _queue_name(channel, method.queue)
+    channel.authorization.require("queue", name, "read")
+    count = _message_queue(channel, name, "queue.purge").purge()
     if not method.nowait:
         _reply(channel, c.Queue.PurgeOk(message_count=count))
 
 
 def queue_delete(channel: Channel, method: c.Queue.Delete) -> None:
     vhost = channel.vhost
-    queue = vhost.queues.get(_queue_name(channel, method.queue))
+    name = _queue_name(channel, method.queue)
+    channel.authorization.require("queue", name, "configure")  # before looking it up, as RabbitMQ
+    queue = vhost.queues.get(name)
     count = 0
     if queue is not None:
         vhost.check_exclusive(queue, channel.connection)
@@ -230,7 +290,9 @@ def basic_consume(channel: Channel, method: c.Basic.Consume) -> None:
         if not method.nowait:
             _reply(channel, c.Basic.ConsumeOk(consumer_tag=tag))
         return
-    queue = _queue(channel, method.queue)
+    name = _queue_name(channel, method.queue)
+    channel.authorization.require("queue", name, "read")
+    queue = _queue(channel, name)
     if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
         raise errors.AccessRefused(f"queue '{queue.name}' in vhost '{channel.vhost.name}' in exclusive use")
     arguments = _args(method.arguments)
@@ -255,7 +317,9 @@ def basic_cancel(channel: Channel, method: c.Basic.Cancel) -> None:
 
 
 def basic_get(channel: Channel, method: c.Basic.Get) -> None:
-    channel.get(_message_queue(channel, method.queue, "basic.get"), bool(method.no_ack))
+    name = _queue_name(channel, method.queue)
+    channel.authorization.require("queue", name, "read")
+    channel.get(_message_queue(channel, name, "basic.get"), bool(method.no_ack))
 
 
 def basic_reject(channel: Channel, method: c.Basic.Reject) -> None:

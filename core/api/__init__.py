@@ -11,7 +11,19 @@ from __future__ import annotations
 
 import pluggy
 from lavin.api.arguments import Arguments, InvalidArgument, field_type, parse_duration
-from lavin.api.auth import AuthBackend, User
+from lavin.api.auth import (
+    TAGS,
+    Access,
+    AuthBackend,
+    AuthContext,
+    Authorizer,
+    PatternAuthorizer,
+    StoredUser,
+    TopicPermissions,
+    User,
+    VHostPermissions,
+    pattern_allows,
+)
 from lavin.api.errors import (
     AccessRefused,
     AMQPError,
@@ -47,10 +59,14 @@ from lavin.api.queue import (
 hookimpl = pluggy.HookimplMarker("lavin")
 
 __all__ = [
+    "TAGS",
     "AMQPError",
+    "Access",
     "AccessRefused",
     "Arguments",
     "AuthBackend",
+    "AuthContext",
+    "Authorizer",
     "Binding",
     "BindingId",
     "BindingTable",
@@ -65,15 +81,19 @@ __all__ = [
     "MessageStore",
     "NotAllowed",
     "NotFound",
+    "PatternAuthorizer",
     "PreconditionFailed",
     "QueueType",
     "ResourceLocked",
     "Retention",
     "StorageToolkit",
+    "StoredUser",
     "StreamCursor",
     "StreamType",
+    "TopicPermissions",
     "User",
     "VHostInfo",
+    "VHostPermissions",
     "binding_id",
     "destination_identity",
     "encode_properties",
@@ -82,5 +102,6 @@ __all__ = [
     "hookimpl",
     "message_priority",
     "parse_duration",
+    "pattern_allows",
     "printable",
 ]

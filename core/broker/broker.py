@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Protocol
 
 from lavin.api import errors
-from lavin.api.auth import AuthBackend, User
+from lavin.api.auth import AuthBackend, AuthContext, StoredUser, User
 from lavin.api.printable import printable
+from lavin.broker.access_control import AccessControl
 from lavin.broker.alarms import ResourceAlarms
 from lavin.broker.direct_reply import ReplyRegistry
 from lavin.broker.group_commit import GroupCommit, SyncWaiter
 from lavin.broker.vhost import VHost
-from lavin.config import Config
+from lavin.config import Config, StartupError
 from lavin.plugin_registry import Registry
 from lavin.storage.toolkit import SegmentStorage
 
@@ -31,8 +34,12 @@ class ClientConnection(Protocol):
     def abort(self) -> None:
         """Drop the socket now."""
 
+    def permissions_changed(self, user_name: str) -> None:
+        """The permissions of `user_name` changed: a connection of that user asks its
+        authorizer again from now on."""
 
-class Broker:
+
+class Broker(AuthContext):
     def __init__(self, config: Config, registry: Registry) -> None:
         self.config = config
         self.registry = registry
@@ -49,14 +56,26 @@ class Broker:
             if backend_class is None:
                 raise ValueError(f"unknown auth backend '{name}'")
             self.auth_backends.append(backend_class())
+        self.access = AccessControl(self)
+        self.access.add_listener(self._permissions_changed)
+        self._auth_settings: Mapping[str, Any] = MappingProxyType(
+            {
+                "default_user": config.default_user,
+                "default_user_only_loopback": config.default_user_only_loopback,
+            }
+        )
 
     async def start(self) -> None:
+        """Start every vhost, then hand the auth backends their settings."""
         self.loop = asyncio.get_running_loop()
         self.group_commit.loop = self.loop
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        vhost = VHost(self, self.config.default_vhost)
-        vhost.start()
-        self.vhosts[vhost.name] = vhost
+        self.access.load()
+        for backend in self.auth_backends:
+            try:
+                backend.configure(MappingProxyType(dict(self.config.plugin_settings.get(backend.name, {}))), self)
+            except Exception as exc:
+                raise StartupError(f"auth backend '{backend.name}' refused its settings: {exc}") from exc
         self.alarms.start(self.loop)
 
     async def shutdown(self) -> None:
@@ -71,9 +90,20 @@ class Broker:
         await self.group_commit.drain()
         for vhost in self.vhosts.values():
             vhost.close()
+        for backend in self.auth_backends:
+            try:
+                await backend.close()
+            except Exception:  # one broken backend must not keep the others from closing
+                log.exception("auth backend '%s' failed to close", backend.name)
 
     async def authenticate(self, username: str, password: str, peer_host: str, mechanism: str) -> User:
         """Ask the backends in order; the first that knows the user decides."""
+        user, _ = await self.login(username, password, peer_host, mechanism)
+        return user
+
+    async def login(self, username: str, password: str, peer_host: str, mechanism: str) -> tuple[User, AuthBackend]:
+        """`authenticate`, and the backend that knew the user: it checks the user's new
+        secrets (connection.update-secret)."""
         for backend in self.auth_backends:
             try:
                 user = await backend.authenticate(username, password, peer_host)
@@ -83,12 +113,28 @@ class Broker:
                 )
                 raise _login_refused(mechanism) from None
             if user is not None:
-                return user
+                return user, backend
         log.warning("login of unknown user '%s' from %s refused", printable(username), peer_host)
         raise _login_refused(mechanism)
 
+    def _permissions_changed(self, user_name: str) -> None:
+        for connection in self.connections:
+            connection.permissions_changed(user_name)
+
     def wait_for_sync(self, waiter: SyncWaiter) -> None:
         self.group_commit.wait_for_sync(waiter)
+
+    # ---- what auth backends may use (AuthContext) -----------------------------------------
+
+    def stored_user(self, name: str) -> StoredUser | None:
+        return self.access.user(name)
+
+    def verify_password(self, user: StoredUser, password: str) -> bool:
+        return self.access.verify_password(user, password)
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return self._auth_settings
 
 
 def _login_refused(mechanism: str) -> errors.ConnectionAccessRefused:

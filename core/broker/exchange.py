@@ -53,6 +53,7 @@ class Exchange:
         self.internal = internal
         self.arguments = arguments
         self.bound_from: set[Exchange] = set()  # exchanges with a binding to this one
+        self.deleted = False  # once removed from its vhost (a channel may still hold it)
         self.deduplication = MessageCache.from_arguments(arguments)
         self.delayed: DelayedMessages | None = None
         if table.delays_messages:
@@ -146,5 +147,6 @@ class Exchange:
 
     def delete(self) -> None:
         """The exchange is deleted: its held messages go with it."""
+        self.deleted = True
         if self.delayed is not None:
             self.delayed.delete()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 import uuid
@@ -30,6 +29,7 @@ from lavin.broker.queue import BEHIND, STORED, MessageQueue, Queue, QueueDeclara
 from lavin.broker.stream_info import stream_info_reply
 from lavin.broker.stream_queue import StreamQueue, check_stream_declaration
 from lavin.storage import queue_directories
+from lavin.storage.access_files import vhost_directory_name
 from lavin.storage.definitions_store import (
     BindingDef,
     DefinitionsStore,
@@ -38,7 +38,7 @@ from lavin.storage.definitions_store import (
 )
 
 if TYPE_CHECKING:
-    from lavin.broker.broker import Broker
+    from lavin.broker.broker import Broker, ClientConnection
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,14 @@ class VHost:
         self.name = name
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
-        digest = hashlib.sha1(name.encode()).hexdigest()
-        self.data_dir: Path = broker.config.data_dir / digest
+        self.data_dir: Path = broker.config.data_dir / vhost_directory_name(name)
         self.transient_dir = self.data_dir / "transient"
         self.definitions: DefinitionsStore | None = None
+        # The connections that opened this vhost, and its limits (RabbitMQ's vhost limits;
+        # negative: none).
+        self.connections: set[ClientConnection] = set()
+        self.max_connections = -1
+        self.max_queues = -1
 
     # ---- start and stop ------------------------------------------------------------------
 
@@ -137,6 +141,10 @@ class VHost:
             raise errors.NotFound(f"binding {binding.source} -> {binding.destination} lost an end")
         self._bind(source, destination, binding.routing_key, dict(binding.arguments), persist=False)
 
+    def set_limits(self, max_connections: int, max_queues: int) -> None:
+        self.max_connections = max_connections
+        self.max_queues = max_queues
+
     def close(self) -> None:
         for exchange in self.exchanges.values():
             exchange.close()
@@ -148,8 +156,36 @@ class VHost:
         if self.definitions is not None:
             self.definitions.close()
 
-    def connection_closed(self, connection: object) -> None:
+    def delete(self) -> None:
+        """The vhost is deleted: its queues and the messages its exchanges hold go. Its
+        connections are closed already; the caller removes the data dir."""
+        for exchange in self.exchanges.values():
+            exchange.delete()
+        for queue in self.queues.values():
+            queue.delete()
+        self.exchanges.clear()
+        self.queues.clear()
+        if self.definitions is not None:
+            self.definitions.close()
+
+    # ---- connections ---------------------------------------------------------------------
+
+    def check_connection_limit(self, user_name: str) -> None:
+        """530 with RabbitMQ's text when `max-connections` connections have it open."""
+        if 0 <= self.max_connections <= len(self.connections):
+            raise errors.NotAllowed(
+                f"access to vhost '{self.name}' refused for user '{user_name}': "
+                f"connection limit ({self.max_connections}) is reached",
+                10,
+                40,
+            )
+
+    def connection_opened(self, connection: ClientConnection) -> None:
+        self.connections.add(connection)
+
+    def connection_closed(self, connection: ClientConnection) -> None:
         """Exclusive queues go with the connection that declared them."""
+        self.connections.discard(connection)
         for queue in [q for q in self.queues.values() if q.exclusive_owner is connection]:
             self.delete_queue(queue)
 
@@ -214,10 +250,14 @@ class VHost:
         self.exchanges[name] = exchange
         return exchange
 
-    def delete_exchange(self, name: str, *, if_unused: bool) -> None:
+    def check_exchange_deletable(self, name: str) -> None:
+        """403 for the default exchange and the amq.* ones: they are the broker's."""
         check_not_default_exchange(name)
         if name.startswith("amq."):
             raise errors.AccessRefused(f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed")
+
+    def delete_exchange(self, name: str, *, if_unused: bool) -> None:
+        self.check_exchange_deletable(name)
         exchange = self.exchanges.get(name)
         if exchange is None:
             return  # RabbitMQ answers delete-ok for a missing exchange
@@ -274,20 +314,18 @@ class VHost:
         auto_delete: bool,
         arguments: dict[str, Any],
     ) -> Queue:
+        """`name` is a client's that passed `check_queue_name`, or one from `new_queue_name`."""
         if passive:
             return self.get_queue(name, connection)
-        if not name:
-            name = f"amq.gen-{uuid.uuid4().hex[:22]}"
-        elif name.startswith("amq."):
-            raise errors.AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         existing = self.queues.get(name)
         if existing is not None:
             self.check_exclusive(existing, connection, exclusive)
             check_queue_equivalence(existing, self.name, durable, exclusive, auto_delete, arguments)
             existing.touch()
             return existing
+        check_queue_limit(name, self.max_queues, len(self.queues), f"vhost '{self.name}'")
         queues = sum(len(vhost.queues) for vhost in self.broker.vhosts.values())
-        check_queue_limit(name, self.broker.config.max_queues, queues, "cluster")
+        check_queue_limit(name, self.broker.config.max_queues or -1, queues, "cluster")
         queue = self._create_queue(
             name,
             durable=durable,
@@ -479,11 +517,22 @@ class VHost:
 
 
 def check_queue_limit(name: str, limit: int, count: int, scope: str) -> None:
-    """406 with RabbitMQ's text when `count` queues fill `limit` (0: no limit), checked
-    before a new queue is declared. `scope` names the limit: "cluster" for the broker's
-    `max_queues` (RabbitMQ's cluster_queue_limit), "vhost '<name>'" for a vhost's."""
-    if limit and count >= limit:
+    """406 with RabbitMQ's text when `count` queues fill `limit` (negative: no limit),
+    checked before a new queue is declared. `scope` names the limit: "cluster" for the
+    broker's `max_queues` (RabbitMQ's cluster_queue_limit), "vhost '<name>'" for a vhost's."""
+    if 0 <= limit <= count:
         raise errors.PreconditionFailed(f"cannot declare queue '{name}': queue limit in {scope} ({limit}) is reached")
+
+
+def new_queue_name() -> str:
+    """The name of a server-named queue, as RabbitMQ makes them."""
+    return f"amq.gen-{uuid.uuid4().hex[:22]}"
+
+
+def check_queue_name(name: str) -> None:
+    """403 for a queue name a client may not choose: the amq. prefix is the server's."""
+    if name.startswith("amq."):
+        raise errors.AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
 
 
 def check_not_default_exchange(name: str) -> None:

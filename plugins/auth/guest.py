@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 
-from lavin.api import AccessRefused, AuthBackend, User
+from lavin.api import AccessRefused, AuthBackend, User, VHostPermissions
 
 GUEST = "guest"
 # The text RabbitMQ sends for a bad password: it deliberately says nothing about why.
@@ -34,4 +34,4 @@ class GuestAuth(AuthBackend):
             raise AccessRefused(LOGIN_REFUSED)
         if not is_loopback(peer_host):
             raise AccessRefused(f"user '{GUEST}' can only connect via localhost")
-        return User(GUEST, tags=("administrator",), permissions={"/": (".*", ".*", ".*")})
+        return User(GUEST, tags=("administrator",), permissions={"/": VHostPermissions()})

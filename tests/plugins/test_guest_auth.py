@@ -6,7 +6,7 @@ import asyncio
 from importlib.metadata import entry_points
 
 import pytest
-from lavin.api import AccessRefused
+from lavin.api import AccessRefused, VHostPermissions
 from lavin.plugins.auth.guest import GuestAuth
 
 LOGIN_REFUSED = "Login was refused using authentication mechanism PLAIN. For details see the broker logfile."
@@ -25,7 +25,7 @@ def test_guest_from_loopback_gets_full_rights_on_default_vhost(peer_host: str) -
     assert user is not None
     assert user.name == "guest"
     assert user.tags == ("administrator",)
-    assert user.permissions == {"/": (".*", ".*", ".*")}
+    assert user.permissions == {"/": VHostPermissions()}
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,77 @@
+"""The `internal` backend: the broker's own user database (users.json), as RabbitMQ's
+rabbit_auth_backend_internal and LavinMQ's local users."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lavin.api import (
+    Access,
+    AccessRefused,
+    AuthBackend,
+    AuthContext,
+    Authorizer,
+    PatternAuthorizer,
+    StoredUser,
+    User,
+)
+from lavin.plugins.auth.guest import is_loopback
+
+
+class StoredUserAuthorizer(Authorizer):
+    """Answers from the user's current entry in the database, so that a permission change
+    applies to connections already open (the core drops its cached answers when told)."""
+
+    def __init__(self, context: AuthContext, name: str) -> None:
+        self._context = context
+        self._name = name
+        self._seen: StoredUser | None = None
+        self._patterns = PatternAuthorizer({})
+
+    def check(self, access: Access) -> bool:
+        stored = self._context.stored_user(self._name)
+        if stored is None:  # deleted meanwhile
+            return False
+        if stored is not self._seen:  # entries are replaced, never changed in place
+            self._seen = stored
+            self._patterns = PatternAuthorizer(stored.permissions, stored.topic_permissions)
+        return self._patterns.check(access)
+
+
+class InternalAuth(AuthBackend):
+    name = "internal"
+
+    def __init__(self) -> None:
+        self._context: AuthContext | None = None
+
+    def configure(self, settings: Mapping[str, str], context: AuthContext) -> None:
+        self._context = context
+
+    async def authenticate(self, username: str, password: str, peer_host: str) -> User | None:
+        context = self._context
+        if context is None:
+            raise RuntimeError("the internal auth backend was not configured")
+        stored = context.stored_user(username)
+        if stored is None:
+            return None
+        if not stored.password_hash:
+            raise AccessRefused(f"user '{username}' has no password")
+        if not context.verify_password(stored, password):
+            raise AccessRefused(f"user '{username}' - invalid credentials")
+        if self._loopback_only(context, username) and not is_loopback(peer_host):
+            raise AccessRefused(f"user '{username}' can only connect via localhost")
+        return User(
+            stored.name,
+            tags=stored.tags,
+            permissions=dict(stored.permissions),
+            authorizer=StoredUserAuthorizer(context, stored.name),
+        )
+
+    @staticmethod
+    def _loopback_only(context: AuthContext, username: str) -> bool:
+        settings = context.settings
+        return username == settings["default_user"] and bool(settings["default_user_only_loopback"])
+
+    async def update_secret(self, user: User, secret: str) -> User:
+        """As RabbitMQ's internal backend: the user stays as it is."""
+        return user
