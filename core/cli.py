@@ -1,4 +1,4 @@
-"""The `lavin` command. The only module that imports click."""
+"""The `lavin` command. The only module that imports click, with lavin.ctl (`lavin ctl`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from lavin.config import (
     installed_plugins,
     resolve_config,
 )
+from lavin.ctl import ctl
 
 # Values a user set on purpose; anything else may come from the config file.
 EXPLICIT_SOURCES = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
@@ -111,6 +112,9 @@ def plugins() -> None:
     for row in rows:
         cells = [cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)]
         click.echo("  ".join([*cells, row[4]]))
+
+
+main.add_command(ctl)
 
 
 def plugin_row(plugin: InstalledPlugin) -> tuple[str, str, str, str, str]:

@@ -1,0 +1,325 @@
+"""Definition documents in RabbitMQ's JSON: users, vhosts, permissions, topic permissions,
+vhost limits, exchanges, queues and bindings.
+
+An import is additive, as RabbitMQ's: it creates what is missing and updates users and
+permissions, and leaves an exchange or queue that exists as it is. Sections Lavin has no
+use for (policies, global parameters, other runtime parameters) are skipped and said so in
+the log. Each object that fails is named in the report; the others are still imported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from lavin import __version__
+from lavin.api import errors
+from lavin.api.exchange import Destination
+from lavin.api.printable import printable
+from lavin.broker.access_control import AccessControlError
+from lavin.broker.vhost import VHost
+from lavin.config import StartupError
+from lavin.management import shapes
+
+if TYPE_CHECKING:
+    from lavin.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+# Runtime parameters of this component hold vhost limits (RabbitMQ 3.x exports them so).
+VHOST_LIMITS_COMPONENT = "vhost-limits"
+# Sections in the order RabbitMQ applies them: what a later one names exists by then.
+SECTIONS = ("users", "vhosts", "permissions", "parameters", "exchanges", "topic_permissions", "queues", "bindings")
+
+
+class DefinitionsError(ValueError):
+    """A document that is not a definitions document; nothing of it was imported."""
+
+
+# What became of one object: created or updated, left as it was, or of no use to Lavin.
+Outcome = Literal["imported", "existing", "unsupported"]
+
+
+@dataclass
+class ImportReport:
+    # outcome -> section -> count of objects
+    counts: dict[Outcome, dict[str, int]] = field(
+        default_factory=lambda: {"imported": {}, "existing": {}, "unsupported": {}}
+    )
+    failures: list[str] = field(default_factory=list)  # one line per object that failed
+
+    def count(self, outcome: Outcome, section: str, number: int = 1) -> None:
+        self.counts[outcome][section] = self.counts[outcome].get(section, 0) + number
+
+    def summary(self, outcome: Outcome) -> str:
+        return ", ".join(f"{count} {section}" for section, count in self.counts[outcome].items())
+
+
+def read_definitions_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except OSError as exc:
+        raise DefinitionsError(f"cannot read definitions file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise DefinitionsError(f"definitions file {path} is not JSON: {exc}") from None
+
+
+def load_definitions_file(broker: Broker, path: Path) -> None:
+    """`[main] load_definitions`, imported on every start. As RabbitMQ, the broker does not
+    start when the file cannot be read or an object in it fails."""
+    try:
+        report = import_definitions(broker, read_definitions_file(path))
+    except DefinitionsError as exc:
+        raise StartupError(str(exc)) from None
+    if report.failures:
+        raise StartupError(f"definitions file {path}: " + "; ".join(report.failures))
+
+
+def import_definitions(broker: Broker, document: Any) -> ImportReport:
+    """Apply a definitions document; DefinitionsError (before any change) unless its
+    sections are lists of objects."""
+    sections = _sections(document)
+    importer = _Importer(broker)
+    report = ImportReport()
+    for section in SECTIONS:
+        apply = importer.appliers[section]
+        for item in sections.get(section, []):
+            try:
+                report.count(apply(item), section)
+            except (shapes.BadRequest, AccessControlError, errors.AMQPError) as exc:
+                reason = exc.text if isinstance(exc, errors.AMQPError) else str(exc)
+                report.failures.append(f"{section[:-1].replace('_', ' ')} {_label(item)}: {reason}")
+    for section, items in sections.items():
+        if section not in SECTIONS and items:
+            report.count("unsupported", section, len(items))
+    for failure in report.failures:
+        log.error("definitions: %s", printable(failure))
+    if report.counts["unsupported"]:
+        log.info("definitions: skipped %s: Lavin has no use for them", report.summary("unsupported"))
+    if report.counts["existing"]:
+        log.info("definitions: left %s as they were", report.summary("existing"))
+    log.info("definitions: imported %s", report.summary("imported") or "nothing")
+    return report
+
+
+def _sections(document: Any) -> dict[str, list[Any]]:
+    """The document's lists, by key; those Lavin imports must hold objects only. Other keys
+    (versions, product names) are left aside."""
+    if not isinstance(document, dict):
+        raise DefinitionsError("a definitions document is a JSON object")
+    sections = {key: items for key, items in document.items() if isinstance(items, list)}
+    for key in SECTIONS:
+        items = document.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise DefinitionsError(f"'{key}' must be a list of objects")
+    return sections
+
+
+def _label(item: Mapping[str, Any]) -> str:
+    name = item.get("name", item.get("user", item.get("source", "?")))
+    vhost = item.get("vhost")
+    return f"'{name}'" if vhost is None else f"'{name}' in vhost '{vhost}'"
+
+
+class _Importer:
+    """One applier per section, which says what became of the object."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.access = broker.access
+        self.appliers: dict[str, Callable[[dict[str, Any]], Outcome]] = {
+            "users": self.user,
+            "vhosts": self.vhost,
+            "permissions": self.permission,
+            "parameters": self.parameter,
+            "exchanges": self.exchange,
+            "topic_permissions": self.topic_permission,
+            "queues": self.queue,
+            "bindings": self.binding,
+        }
+
+    def user(self, item: dict[str, Any]) -> Outcome:
+        (name,) = shapes.required(item, "name")
+        shapes.put_user(self.access, shapes.text(name, "name"), item)
+        return "imported"
+
+    def vhost(self, item: dict[str, Any]) -> Outcome:
+        name = shapes.text(shapes.required(item, "name")[0], "name")
+        if name not in self.access.vhosts():
+            self.access.add_vhost(name)
+        # RabbitMQ 3.10 also writes the limits here, as [[name, value], ...]; 4.x as an object.
+        limits = item.get("limits")
+        if isinstance(limits, list):
+            if not all(isinstance(pair, list) and len(pair) == 2 for pair in limits):
+                raise shapes.BadRequest("vhost limits must be an object or a list of [name, value] pairs")
+            limits = dict(limits)
+        if isinstance(limits, dict) and limits:
+            self.access.set_vhost_limits(name, limits)
+        return "imported"
+
+    def permission(self, item: dict[str, Any]) -> Outcome:
+        user, vhost = shapes.required(item, "user", "vhost")
+        self.access.set_permissions(
+            shapes.text(user, "user"), shapes.text(vhost, "vhost"), shapes.vhost_permissions(item)
+        )
+        return "imported"
+
+    def topic_permission(self, item: dict[str, Any]) -> Outcome:
+        user, vhost = shapes.required(item, "user", "vhost")
+        exchange, permissions = shapes.topic_permissions(item)
+        self.access.set_topic_permissions(shapes.text(user, "user"), shapes.text(vhost, "vhost"), exchange, permissions)
+        return "imported"
+
+    def parameter(self, item: dict[str, Any]) -> Outcome:
+        if item.get("component") != VHOST_LIMITS_COMPONENT:
+            return "unsupported"
+        vhost, value = shapes.required(item, "vhost", "value")
+        if not isinstance(value, dict):
+            raise shapes.BadRequest("vhost limits must be an object")
+        self.access.set_vhost_limits(shapes.text(vhost, "vhost"), value)
+        return "imported"
+
+    def exchange(self, item: dict[str, Any]) -> Outcome:
+        name, type_name = shapes.required(item, "name", "type")
+        name, type_name = shapes.text(name, "name"), shapes.text(type_name, "type")
+        vhost = self._vhost(item)
+        if not name or name.startswith("amq.") or name in vhost.exchanges:
+            return "existing"
+        vhost.declare_exchange(
+            name,
+            type_name,
+            passive=False,
+            durable=bool(item.get("durable", True)),
+            auto_delete=bool(item.get("auto_delete", False)),
+            internal=bool(item.get("internal", False)),
+            arguments=_arguments(item),
+        )
+        return "imported"
+
+    def queue(self, item: dict[str, Any]) -> Outcome:
+        name = shapes.text(shapes.required(item, "name")[0], "name")
+        vhost = self._vhost(item)
+        if name.startswith("amq."):  # server-named: RabbitMQ skips them too
+            return "unsupported"
+        if name in vhost.queues:
+            return "existing"
+        arguments = _arguments(item)
+        queue_type = item.get("type")
+        if isinstance(queue_type, str) and queue_type != "classic":
+            arguments.setdefault("x-queue-type", queue_type)
+        vhost.declare_queue(
+            name,
+            None,
+            passive=False,
+            durable=bool(item.get("durable", True)),
+            exclusive=False,
+            auto_delete=bool(item.get("auto_delete", False)),
+            arguments=arguments,
+        )
+        return "imported"
+
+    def binding(self, item: dict[str, Any]) -> Outcome:
+        source, destination, kind = shapes.required(item, "source", "destination", "destination_type")
+        vhost = self._vhost(item)
+        routing_key = shapes.text(item.get("routing_key", ""), "routing_key")
+        target: Destination
+        if kind == "queue":
+            target = vhost.get_queue(shapes.text(destination, "destination"))
+        elif kind == "exchange":
+            target = vhost.get_exchange(shapes.text(destination, "destination"))
+        else:
+            raise shapes.BadRequest("destination_type must be queue or exchange")
+        vhost.bind(vhost.get_exchange(shapes.text(source, "source")), target, routing_key, _arguments(item))
+        return "imported"
+
+    def _vhost(self, item: Mapping[str, Any]) -> VHost:
+        name = shapes.text(shapes.required(item, "vhost")[0], "vhost")
+        vhost = self.broker.vhosts.get(name)
+        if vhost is None:
+            raise shapes.BadRequest(f"vhost '{name}' does not exist")
+        return vhost
+
+
+def _arguments(item: Mapping[str, Any]) -> dict[str, Any]:
+    arguments = item.get("arguments") or {}
+    if not isinstance(arguments, dict):
+        raise shapes.BadRequest("arguments must be an object")
+    return dict(arguments)
+
+
+def export_definitions(broker: Broker) -> dict[str, Any]:
+    """Everything `import_definitions` takes, in RabbitMQ 3.x's layout (vhost limits as
+    runtime parameters), so RabbitMQ and LavinMQ import it too."""
+    access = broker.access
+    vhost_names = sorted(access.vhosts())
+    vhosts = [broker.vhosts[name] for name in vhost_names if name in broker.vhosts]
+    return {
+        "product_name": "Lavin",
+        "product_version": __version__,
+        "users": [shapes.user_json(user) for user in sorted(access.users(), key=lambda user: user.name)],
+        "vhosts": [
+            {"name": name, "limits": access.vhost_limits(name), "metadata": {"description": "", "tags": []}}
+            for name in vhost_names
+        ],
+        "permissions": [
+            shapes.permission_json(user, vhost, permissions)
+            for user, vhost, permissions in sorted(access.permissions(), key=lambda entry: (entry[1], entry[0]))
+        ],
+        "topic_permissions": [
+            shapes.topic_permission_json(user, vhost, exchange, permissions)
+            for user, vhost, exchange, permissions in sorted(
+                access.topic_permissions(), key=lambda entry: (entry[1], entry[0], entry[2])
+            )
+        ],
+        "parameters": [
+            {"vhost": name, "component": VHOST_LIMITS_COMPONENT, "name": "limits", "value": limits}
+            for name in vhost_names
+            if (limits := access.vhost_limits(name))
+        ],
+        "global_parameters": [],
+        "policies": [],
+        "queues": [
+            {
+                "name": queue.name,
+                "vhost": vhost.name,
+                "durable": queue.durable,
+                "auto_delete": queue.auto_delete,
+                "arguments": dict(queue.arguments),
+            }
+            for vhost in vhosts
+            for queue in vhost.queues.values()
+            if queue.exclusive_owner is None
+        ],
+        "exchanges": [
+            {
+                "name": exchange.name,
+                "vhost": vhost.name,
+                "type": exchange.type_name,
+                "durable": exchange.durable,
+                "auto_delete": exchange.auto_delete,
+                "internal": exchange.internal,
+                "arguments": dict(exchange.arguments),
+            }
+            for vhost in vhosts
+            for exchange in vhost.exchanges.values()
+            if exchange.name and not exchange.name.startswith("amq.")
+        ],
+        "bindings": [
+            {
+                "source": exchange.name,
+                "vhost": vhost.name,
+                "destination": binding.destination.name,
+                "destination_type": binding.destination.kind,
+                "routing_key": binding.routing_key,
+                "arguments": dict(binding.arguments),
+            }
+            for vhost in vhosts
+            for exchange in vhost.exchanges.values()
+            if exchange.name
+            for binding in exchange.table.bindings()
+        ],
+    }
