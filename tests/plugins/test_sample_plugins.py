@@ -1,9 +1,11 @@
 """The sample third-party packages in tests/plugin_pkgs, used as their authors would: built
 and installed into this environment, their own test suites run (Lavin's conformance kits),
-then both types used from pika against a broker that enables them."""
+then both types and the auth backend used from pika against a broker that enables them."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -13,10 +15,11 @@ from pathlib import Path
 import pika
 import pytest
 from broker_process import BrokerFactory
+from helpers import closes_channel
 
 PLUGIN_PKGS = Path(__file__).resolve().parent.parent / "plugin_pkgs"
-# distribution -> the type it adds
-SAMPLES = {"lavin-sample-exchange": "x-prefix", "lavin-sample-queue": "x-lifo"}
+# distribution -> the type or auth backend it adds
+SAMPLES = {"lavin-sample-exchange": "x-prefix", "lavin-sample-queue": "x-lifo", "lavin-sample-auth": "sample-auth"}
 
 
 def run_quietly(*command: str, cwd: Path | None = None) -> str:
@@ -27,7 +30,7 @@ def run_quietly(*command: str, cwd: Path | None = None) -> str:
 
 @pytest.fixture(scope="session")
 def sample_packages(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """Both samples installed for the session; their copies the builds ran in, by name."""
+    """The samples installed for the session; their copies the builds ran in, by name."""
     copies = {}
     for name in SAMPLES:
         # A copy, so the build leaves no build/ or egg-info in the source tree.
@@ -50,7 +53,7 @@ def test_sample_passes_its_own_suite(sample_packages: dict[str, Path], name: str
 @pytest.mark.usefixtures("sample_packages")
 def test_prefix_exchange_routes_into_lifo_queue(broker_factory: BrokerFactory) -> None:
     # A broker process of its own: this one read the entry points before the install.
-    enabled = [argument for name in SAMPLES.values() for argument in ("--plugin", name)]
+    enabled = ["--plugin", "x-prefix", "--plugin", "x-lifo"]
     broker = broker_factory(extra_args=enabled)
     connection = pika.BlockingConnection(pika.URLParameters(broker.url))
     try:
@@ -65,3 +68,32 @@ def test_prefix_exchange_routes_into_lifo_queue(broker_factory: BrokerFactory) -
         assert received == [b"eu.it", b"eu.de", b"eu.fr", None]
     finally:
         connection.close()
+
+
+@pytest.mark.usefixtures("sample_packages")
+def test_sample_auth_backend_comes_before_the_internal_one(broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    carol = {
+        "password_sha256": hashlib.sha256(b"carol-pw").hexdigest(),
+        "permissions": {"/": {"configure": "^carol\\.", "write": ".*", "read": ".*"}},
+    }
+    users_file = tmp_path / "users.json"
+    users_file.write_text(json.dumps({"carol": carol}))
+    ini = tmp_path / "lavin.ini"
+    ini.write_text(
+        "[main]\nplugins = sample-auth\nauth_backends = sample-auth, internal\n"
+        f"[plugin.sample-auth]\nusers_file = {users_file}\n"
+    )
+    broker = broker_factory(extra_args=["--config", str(ini)])
+    carol_url = broker.url.replace("guest:guest", "carol:carol-pw")
+    connection = pika.BlockingConnection(pika.URLParameters(carol_url))
+    try:
+        channel = connection.channel()
+        channel.queue_declare("carol.jobs")
+        with closes_channel(403, "ACCESS_REFUSED - access to queue 'jobs' in vhost '/' refused for user 'carol'"):
+            channel.queue_declare("jobs")
+    finally:
+        connection.close()
+    pika.BlockingConnection(pika.URLParameters(broker.url)).close()  # guest: left to the internal backend
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        pika.BlockingConnection(pika.URLParameters(carol_url.replace("carol-pw", "guest")))
+    assert "login of user 'carol' from 127.0.0.1 refused: wrong password for user 'carol'" in broker.output
