@@ -81,6 +81,18 @@ def list_segments(directory: Path, companion_prefix: str) -> list[int]:
     return segment_ids
 
 
+def rolled_over(write_failing: bool, roll: Callable[[], None]) -> bool:
+    """Roll a store over to a new write segment unless its writes fail (then the write
+    segment grows past `segment_size` until a flush writes it again); whether it rolled."""
+    if write_failing:
+        return False
+    try:
+        roll()
+    except OSError:
+        return False
+    return True
+
+
 def write_at(fd: int, data: bytes | bytearray, offset: int) -> None:
     """Write all of `data` at `offset`, where the file's last whole record ends.
 

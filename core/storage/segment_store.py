@@ -45,6 +45,7 @@ from lavin.storage.segment_files import (
     list_segments,
     load_acks,
     positions_bytes,
+    rolled_over,
     scan_segment,
     segment_path,
     write_at,
@@ -484,15 +485,7 @@ class SegmentStore:
         self._write_end = FILE_HEADER_SIZE
 
     def _rolled(self) -> bool:
-        """Roll over unless the write segment cannot be written: then it grows past
-        `segment_size` until a flush writes it again."""
-        if self._write_failing:
-            return False
-        try:
-            self._roll()
-        except OSError:
-            return False
-        return True
+        return rolled_over(self._write_failing, self._roll)
 
     def _roll(self) -> None:
         """Start a new write segment once the old one's buffer is written."""

@@ -52,6 +52,7 @@ from lavin.storage.segment_files import (
     check_header,
     create_segment_file,
     list_segments,
+    rolled_over,
     segment_path,
     write_at,
 )
@@ -398,15 +399,7 @@ class StreamStore(StreamType):
         self._bytes += FILE_HEADER_SIZE
 
     def _rolled(self) -> bool:
-        """Roll over unless the write segment cannot be written: then it grows past
-        `segment_size` until a flush writes it again."""
-        if self._write_failing:
-            return False
-        try:
-            self._roll()
-        except OSError:
-            return False
-        return True
+        return rolled_over(self._write_failing, self._roll)
 
     def _roll(self) -> None:
         old = self._write
