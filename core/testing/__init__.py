@@ -2,6 +2,8 @@
 
 - `ExchangeTypeKit`, `QueueTypeKit`: conformance tests that a third-party exchange type or
   queue type inherits in its own test suite.
+- `EmptyAuthContext`: the broker's side of `AuthBackend.configure`, for testing an auth
+  backend in-process.
 - `running_broker`, `LavinBroker`: a broker in a background thread of the test process;
   the pytest plugin's `lavin_broker` and `lavin_url` fixtures are built on them.
 
@@ -15,11 +17,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from lavin.testing.auth_context import EmptyAuthContext
     from lavin.testing.broker import LavinBroker, running_broker
     from lavin.testing.exchange_kit import ExchangeTypeKit, Publish, StubDestination
     from lavin.testing.queue_kit import QueueTypeKit
 
 _HOME = {
+    "EmptyAuthContext": "lavin.testing.auth_context",
     "LavinBroker": "lavin.testing.broker",
     "running_broker": "lavin.testing.broker",
     "ExchangeTypeKit": "lavin.testing.exchange_kit",
@@ -28,7 +32,15 @@ _HOME = {
     "QueueTypeKit": "lavin.testing.queue_kit",
 }
 
-__all__ = ["ExchangeTypeKit", "LavinBroker", "Publish", "QueueTypeKit", "StubDestination", "running_broker"]
+__all__ = [
+    "EmptyAuthContext",
+    "ExchangeTypeKit",
+    "LavinBroker",
+    "Publish",
+    "QueueTypeKit",
+    "StubDestination",
+    "running_broker",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -29,8 +29,9 @@ import pika
 import pytest
 from broker_process import BrokerFactory, BrokerProcess, free_port
 from helpers import closes_channel
-from lavin.api import Access, AuthContext, StoredUser, User
+from lavin.api import Access, User
 from lavin.plugins.auth.http import HttpAuth, HttpAuthorizer
+from lavin.testing import EmptyAuthContext
 from lavin.wire_client import PROTOCOL_HEADER, Connection
 
 SLOW_ANSWER = 3.0
@@ -124,23 +125,9 @@ def service() -> Iterator[AuthService]:
     server.server_close()
 
 
-class NoStoredUsers(AuthContext):
-    """A broker context with an empty user database (the http backend reads none of it)."""
-
-    def stored_user(self, name: str) -> StoredUser | None:
-        return None
-
-    def verify_password(self, user: StoredUser, password: str) -> bool:
-        return False
-
-    @property
-    def settings(self) -> Mapping[str, object]:
-        return {"default_user_only_loopback": True}
-
-
 def configured(settings: Mapping[str, str]) -> HttpAuth:
     backend = HttpAuth()
-    backend.configure(settings, NoStoredUsers())
+    backend.configure(settings, EmptyAuthContext())
     return backend
 
 

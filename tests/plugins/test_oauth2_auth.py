@@ -26,8 +26,9 @@ from broker_process import BrokerFactory, BrokerProcess, free_port
 from cryptography.hazmat.primitives.asymmetric import rsa
 from helpers import closes_channel, wait_until
 from jwt.algorithms import RSAAlgorithm
-from lavin.api import Access, AccessRefused, AuthContext, StoredUser, User
+from lavin.api import Access, AccessRefused, User
 from lavin.plugins.auth.oauth2 import OAuth2Auth, wildcard
+from lavin.testing import EmptyAuthContext
 
 Result = TypeVar("Result")
 KEY_ID = "key-1"
@@ -82,23 +83,9 @@ def token(key: rsa.RSAPrivateKey, *, kid: str | None = KEY_ID, algorithm: str = 
     return jwt.encode({k: v for k, v in payload.items() if v is not None}, signing, algorithm, headers)
 
 
-class NoStoredUsers(AuthContext):
-    """A broker context with an empty user database (the oauth2 backend reads none of it)."""
-
-    def stored_user(self, name: str) -> StoredUser | None:
-        return None
-
-    def verify_password(self, user: StoredUser, password: str) -> bool:
-        return False
-
-    @property
-    def settings(self) -> Mapping[str, object]:
-        return {"default_user_only_loopback": True}
-
-
 def configured(settings: Mapping[str, str]) -> OAuth2Auth:
     backend = OAuth2Auth()
-    backend.configure(settings, NoStoredUsers())
+    backend.configure(settings, EmptyAuthContext())
     return backend
 
 

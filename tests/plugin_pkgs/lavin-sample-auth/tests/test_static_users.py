@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from lavin.api import Access, AccessRefused, AuthContext, StoredUser
+from lavin.api import Access, AccessRefused
+from lavin.testing import EmptyAuthContext
 from lavin_sample_auth import StaticUsersAuth
 
 CAROL = {
@@ -20,26 +20,12 @@ CAROL = {
 }
 
 
-class NoStoredUsers(AuthContext):
-    """A broker context with an empty user database (this backend reads none of it)."""
-
-    def stored_user(self, name: str) -> StoredUser | None:
-        return None
-
-    def verify_password(self, user: StoredUser, password: str) -> bool:
-        return False
-
-    @property
-    def settings(self) -> Mapping[str, object]:
-        return {"default_user_only_loopback": True}
-
-
 @pytest.fixture
 def backend(tmp_path: Path) -> StaticUsersAuth:
     users_file = tmp_path / "users.json"
     users_file.write_text(json.dumps({"carol": CAROL}))
     backend = StaticUsersAuth()
-    backend.configure({"users_file": str(users_file)}, NoStoredUsers())
+    backend.configure({"users_file": str(users_file)}, EmptyAuthContext())
     return backend
 
 
