@@ -17,6 +17,7 @@ from setuptools.command.build_ext import build_ext
 
 # Modules of the `lavin` package (core/, and plugins/ as `plugins/`) that carry every message.
 HOT_MODULES = (
+    "amqp/authorization.py",
     "amqp/codec.py",
     "amqp/channel.py",
     "amqp/confirms.py",

@@ -97,7 +97,7 @@ class Authorization:
             return False
         if inspect.isawaitable(result):
             raise NeedsAuthorization(self._fetch(question, access, result))
-        if result:
+        if result and kind != "vhost":  # asked once per connection: not worth its memory
             self._keep(question, True)
         return bool(result)
 

@@ -26,16 +26,17 @@ class StoredUserAuthorizer(Authorizer):
         self._context = context
         self._name = name
         self._seen: StoredUser | None = None
-        self._patterns = PatternAuthorizer({})
+        self._patterns: PatternAuthorizer | None = None
 
     def check(self, access: Access) -> bool:
         stored = self._context.stored_user(self._name)
         if stored is None:  # deleted meanwhile
             return False
-        if stored is not self._seen:  # entries are replaced, never changed in place
+        patterns = self._patterns
+        if stored is not self._seen or patterns is None:  # entries are replaced, never changed in place
             self._seen = stored
-            self._patterns = PatternAuthorizer(stored.permissions, stored.topic_permissions)
-        return self._patterns.check(access)
+            patterns = self._patterns = PatternAuthorizer(stored.permissions, stored.topic_permissions)
+        return patterns.check(access)
 
 
 class InternalAuth(AuthBackend):
@@ -43,6 +44,9 @@ class InternalAuth(AuthBackend):
 
     def __init__(self) -> None:
         self._context: AuthContext | None = None
+        # One User per database entry, shared by that user's connections: its authorizer
+        # reads the live entry, so sharing it costs nothing and saves memory per connection.
+        self._users: dict[str, tuple[StoredUser, User]] = {}
 
     def configure(self, settings: Mapping[str, str], context: AuthContext) -> None:
         self._context = context
@@ -60,12 +64,17 @@ class InternalAuth(AuthBackend):
             raise AccessRefused(f"user '{username}' - invalid credentials")
         if self._loopback_only(context, username) and not is_loopback(peer_host):
             raise AccessRefused(f"user '{username}' can only connect via localhost")
-        return User(
+        known = self._users.get(stored.name)
+        if known is not None and known[0] is stored:
+            return known[1]
+        user = User(
             stored.name,
             tags=stored.tags,
             permissions=dict(stored.permissions),
             authorizer=StoredUserAuthorizer(context, stored.name),
         )
+        self._users[stored.name] = (stored, user)
+        return user
 
     @staticmethod
     def _loopback_only(context: AuthContext, username: str) -> bool:
