@@ -17,7 +17,7 @@ from lavin.config import (
     installed_plugins,
     resolve_config,
 )
-from lavin.ctl import ctl
+from lavin.ctl import config_file_option, ctl
 
 # Values a user set on purpose; anything else may come from the config file.
 EXPLICIT_SOURCES = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
@@ -54,14 +54,7 @@ def main() -> None:
     show_envvar=True,
     help="AMQP listener port.",
 )
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    envvar="LAVIN_CONFIG",
-    show_envvar=True,
-    help="INI file with [main], [amqp] and [plugin.NAME] sections; flags and env vars override it.",
-)
+@config_file_option("INI file with [main], [amqp] and [plugin.NAME] sections; flags and env vars override it.")
 @click.option(
     "--plugin",
     "plugins",

@@ -13,13 +13,14 @@ import http.client
 import json
 import socket
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import click
 from click.core import ParameterSource
+from click.decorators import FC
 from lavin.config import StartupError, resolve_config
 
 # sysexits.h, as rabbitmqctl uses them.
@@ -190,6 +191,18 @@ def socket_path_of(ctx: click.Context, socket_option: Path | None, data_dir: Pat
 vhost_option = click.option("-p", "--vhost", default="/", show_default=True, help="The vhost.")
 
 
+def config_file_option(help_text: str) -> Callable[[FC], FC]:
+    """`--config FILE` (env LAVIN_CONFIG): the broker's INI file, for `lavin serve` and `lavin ctl`."""
+    return click.option(
+        "--config",
+        "config_file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        envvar="LAVIN_CONFIG",
+        show_envvar=True,
+        help=help_text,
+    )
+
+
 @click.group(name="ctl")
 @click.option(
     "--socket",
@@ -204,14 +217,7 @@ vhost_option = click.option("-p", "--vhost", default="/", show_default=True, hel
     show_envvar=True,
     help="The broker's data dir, where its control socket is.",
 )
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    envvar="LAVIN_CONFIG",
-    show_envvar=True,
-    help="The broker's config file, to find its data dir or control socket.",
-)
+@config_file_option("The broker's config file, to find its data dir or control socket.")
 @click.option("-q", "--quiet", is_flag=True, help="Print results only, not what is being done.")
 @click.pass_context
 def ctl(

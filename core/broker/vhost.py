@@ -323,9 +323,12 @@ class VHost:
             check_queue_equivalence(existing, self.name, durable, exclusive, auto_delete, arguments)
             existing.touch()
             return existing
-        check_queue_limit(name, self.max_queues, len(self.queues), f"vhost '{self.name}'")
-        queues = sum(len(vhost.queues) for vhost in self.broker.vhosts.values())
-        check_queue_limit(name, self.broker.config.max_queues or -1, queues, "cluster")
+        # Counted only under a limit: a declare without one pays nothing for them.
+        if self.max_queues >= 0:
+            check_queue_limit(name, self.max_queues, len(self.queues), f"vhost '{self.name}'")
+        if cluster_limit := self.broker.config.max_queues:
+            queues = sum(len(vhost.queues) for vhost in self.broker.vhosts.values())
+            check_queue_limit(name, cluster_limit, queues, "cluster")
         queue = self._create_queue(
             name,
             durable=durable,
