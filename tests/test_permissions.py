@@ -23,7 +23,7 @@ import pytest
 from access_helpers import in_process_broker, open_refusal
 from broker_process import BrokerProcess, hermetic_env
 from helpers import closes_channel, closes_connection, round_trip, unique_name
-from lavin.api import VHostPermissions
+from lavin.api import Access, PatternAuthorizer, VHostPermissions
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import ChannelClosedByBroker
 
@@ -34,18 +34,23 @@ import logging
 import time
 
 from lavin.api import AccessRefused, AuthBackend, Authorizer, PatternAuthorizer, TopicPermissions, User
-from lavin.api import VHostPermissions
+from lavin.api import Access, PatternAuthorizer, VHostPermissions
 
 log = logging.getLogger("lavin_test_permissions")
 
 
 class LoggingAuthorizer(Authorizer):
-    """Patterns, a line in the log per question, and the answer `delay` seconds late if set."""
+    """Patterns, a line in the log per question, and the answer `delay` seconds late if set;
+    with `by_patterns`, the vhost patterns are handed to the core, which matches names itself."""
 
-    def __init__(self, name, patterns, delay):
+    def __init__(self, name, patterns, delay, by_patterns):
         self.name = name
         self.patterns = patterns
         self.delay = delay
+        self.by_patterns = by_patterns
+
+    def vhost_permissions(self, vhost):
+        return self.patterns.vhost_permissions(vhost) if self.by_patterns else None
 
     def check(self, access):
         log.info("%s asked: %s %s %s %s", self.name, access.kind, access.name, access.permission, access.routing_key)
@@ -61,7 +66,7 @@ def user_from(name, spec):
     spec = json.loads(spec)
     permissions = {vhost: VHostPermissions(*patterns) for vhost, patterns in spec["permissions"].items()}
     topics = {(vhost, exchange): TopicPermissions(*patterns) for vhost, exchange, *patterns in spec["topic"]}
-    authorizer = LoggingAuthorizer(name, PatternAuthorizer(permissions, topics), spec["delay"])
+    authorizer = LoggingAuthorizer(name, PatternAuthorizer(permissions, topics), spec["delay"], spec["by_patterns"])
     expires_in = spec["expires_in"]
     expires_at = None if expires_in is None else time.monotonic() + expires_in
     return User(name, tuple(spec["tags"]), permissions, authorizer, expires_at)
@@ -133,6 +138,7 @@ def secret(
     tags: tuple[str, ...] = (),
     delay: float = 0.0,
     expires_in: float | None = None,
+    by_patterns: bool = False,
 ) -> str:
     """The permtest password (or new secret) of a user: patterns on "/" unless `permissions`
     (vhost -> [configure, write, read]), topic permissions as [vhost, exchange, write, read]."""
@@ -143,6 +149,7 @@ def secret(
             "tags": list(tags),
             "delay": delay,
             "expires_in": expires_in,
+            "by_patterns": by_patterns,
         }
     )
 
@@ -302,24 +309,31 @@ def _patterns(p: str, permission: str, refuse: bool) -> dict[str, str]:
     return patterns
 
 
+# Each cell runs twice: the authorizer asked for every name, and its patterns matched by the core.
+BY_PATTERNS = pytest.mark.parametrize("by_patterns", [False, True], ids=["asked", "by-patterns"])
+
+
+@BY_PATTERNS
 @pytest.mark.parametrize("cell", MATRIX.values(), ids=MATRIX.keys())
-def test_method_is_allowed_with_its_permission(broker: BrokerProcess, cell: Cell) -> None:
+def test_method_is_allowed_with_its_permission(broker: BrokerProcess, cell: Cell, by_patterns: bool) -> None:
     p = unique_name("perm") + "."
     with admin(broker) as connection:
         cell.prepare(connection.channel(), p)
-    with login(broker, "alice", **_patterns(p, cell.permission, refuse=False)) as connection:
+    patterns = _patterns(p, cell.permission, refuse=False)
+    with login(broker, "alice", **patterns, by_patterns=by_patterns) as connection:
         channel = connection.channel()
         cell.act(channel, p)
         round_trip(channel)
 
 
+@BY_PATTERNS
 @pytest.mark.parametrize("cell", MATRIX.values(), ids=MATRIX.keys())
-def test_method_is_refused_without_its_permission(broker: BrokerProcess, cell: Cell) -> None:
+def test_method_is_refused_without_its_permission(broker: BrokerProcess, cell: Cell, by_patterns: bool) -> None:
     p = unique_name("perm") + "."
     with admin(broker) as connection:
         cell.prepare(connection.channel(), p)
     with (
-        login(broker, "bob", **_patterns(p, cell.permission, refuse=True)) as connection,
+        login(broker, "bob", **_patterns(p, cell.permission, refuse=True), by_patterns=by_patterns) as connection,
         closes_channel(403, refused(cell.kind, cell.name.format(p=p), "bob")),
     ):
         cell.act(connection.channel(), p)
@@ -518,6 +532,34 @@ def test_answers_are_asked_once_per_connection(broker: BrokerProcess) -> None:
     assert asked(broker, "liam", f"queue {queue} configure ") == 1
 
 
+def test_an_authorizer_that_hands_over_its_patterns_is_asked_about_topics_only(broker: BrokerProcess) -> None:
+    exchange, queue = unique_name("perm-x"), unique_name("perm-q")
+    with admin(broker) as connection:
+        connection.channel().exchange_declare(exchange, "topic")
+    with login(broker, "noah", configure="^perm-q", by_patterns=True) as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue)
+        channel.queue_bind(queue, exchange, "a.b")
+        channel.basic_publish(exchange, "a.b", b"m")
+        round_trip(channel)
+        with closes_channel(403, refused("exchange", exchange, "noah")):
+            channel.exchange_declare(exchange, "topic")
+        connection.channel().queue_delete(queue)
+    assert asked(broker, "noah", f"topic {exchange} read a.b") == 1
+    assert asked(broker, "noah", f"topic {exchange} write a.b") == 1
+    assert broker.output.count("noah asked: queue ") == 0
+    assert broker.output.count("noah asked: exchange ") == 0
+
+
+def test_a_subclass_of_pattern_authorizer_that_answers_otherwise_is_asked() -> None:
+    class OnlyQueueA(PatternAuthorizer):
+        def check(self, access: Access) -> bool:
+            return access.name == "a"
+
+    assert PatternAuthorizer({"/": VHostPermissions()}).vhost_permissions("/") == VHostPermissions()
+    assert OnlyQueueA({"/": VHostPermissions()}).vhost_permissions("/") is None
+
+
 def test_a_permission_change_reaches_connections_already_open(tmp_path: Path) -> None:
     with in_process_broker(tmp_path / "data") as lavin:
         access = lavin.broker.access
@@ -543,13 +585,14 @@ def test_a_permission_change_reaches_connections_already_open(tmp_path: Path) ->
 # ---- update-secret and expiry ----------------------------------------------------------
 
 
-def test_update_secret_replaces_the_users_permissions(broker: BrokerProcess) -> None:
+@BY_PATTERNS
+def test_update_secret_replaces_the_users_permissions(broker: BrokerProcess, by_patterns: bool) -> None:
     queue = unique_name("perm-q")
-    with login(broker, "nina") as connection:
+    with login(broker, "nina", by_patterns=by_patterns) as connection:
         channel = connection.channel()
         channel.queue_declare(queue)
         _publish("", queue)(channel, "")
-        connection.update_secret(secret(write=NOTHING), "new token")
+        connection.update_secret(secret(write=NOTHING, by_patterns=by_patterns), "new token")
         with closes_channel(403, refused("exchange", "amq.default", "nina")):
             _publish("", queue)(channel, "")
         connection.channel().queue_delete(queue)

@@ -8,13 +8,15 @@ for the answer, which lands in the cache, and parses the frame again.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
+import re
 from collections.abc import Awaitable
 from typing import Final
 
 from lavin.api import errors
-from lavin.api.auth import Access, Authorizer, Permission, ResourceKind, User
+from lavin.api.auth import Access, Authorizer, Permission, ResourceKind, User, VHostPermissions
 from lavin.api.printable import printable
 
 log = logging.getLogger(__name__)
@@ -23,6 +25,9 @@ log = logging.getLogger(__name__)
 CACHE_SIZE: Final = 1024
 # The default exchange's name in permission checks, as in RabbitMQ.
 DEFAULT_EXCHANGE: Final = "amq.default"
+
+# An empty pattern allows nothing.
+MATCHES_NOTHING: Final = re.compile("(?!)")
 
 # (kind, name, permission, routing key): what was asked, within the connection's vhost
 Question = tuple[ResourceKind, str, Permission, str]
@@ -36,12 +41,45 @@ class NeedsAuthorization(Exception):
         self.answer = answer
 
 
+class NamePatterns:
+    """An authorizer's configure / write / read patterns on the connection's vhost, matched
+    here: RabbitMQ's rule (an unanchored search; an empty pattern allows nothing)."""
+
+    def __init__(self, permissions: VHostPermissions) -> None:
+        self.configure = self._compile(permissions.configure)
+        self.write = self._compile(permissions.write)
+        self.read = self._compile(permissions.read)
+
+    @staticmethod
+    def _compile(pattern: str) -> re.Pattern[str] | None:
+        """None for ".*" (RabbitMQ's default, which every name matches): no search then."""
+        if pattern == ".*":
+            return None
+        return re.compile(pattern) if pattern else MATCHES_NOTHING
+
+    def allows(self, permission: Permission, name: str) -> bool:
+        if permission == "configure":
+            pattern = self.configure
+        elif permission == "write":
+            pattern = self.write
+        else:
+            pattern = self.read
+        return pattern is None or pattern.search(name) is not None
+
+
+# Connections with the same permissions share one NamePatterns.
+shared_name_patterns = functools.lru_cache(maxsize=256)(NamePatterns)
+
+
 class Authorization:
     """The permission checks of one connection."""
 
     def __init__(self, user: User) -> None:
         self.user = user
         self.vhost = ""  # set by connection.open
+        # The authorizer's patterns on the vhost, when it answers by them alone: a queue or
+        # exchange name is then matched here, without a call or a cache entry per name.
+        self._patterns: NamePatterns | None = None
         # Allowed answers, and refusals that came late: a late refusal is read once, by the
         # frame parsed again for it, so that a refusal is never kept (as in RabbitMQ).
         self._answers: dict[Question, bool] = {}
@@ -52,6 +90,16 @@ class Authorization:
         """Permissions changed: ask the authorizer again from now on."""
         self._answers.clear()
         self._generation += 1
+        if self.vhost:
+            self._patterns = self._vhost_patterns()
+
+    def _vhost_patterns(self) -> NamePatterns | None:
+        try:
+            permissions = self._authorizer().vhost_permissions(self.vhost)
+            return None if permissions is None else shared_name_patterns(permissions)
+        except Exception:  # a broken authorizer or pattern: ask `check`, which refuses
+            log.exception("authorizer of user '%s' failed on vhost permissions", printable(self.user.name))
+            return None
 
     # ---- the checks ----------------------------------------------------------------------
 
@@ -60,12 +108,18 @@ class Authorization:
         self.vhost = vhost
         if not self._allows(("vhost", vhost, "access", "")):
             raise errors.NotAllowed(f"access to vhost '{vhost}' refused for user '{self.user.name}'", 10, 40)
+        self._patterns = self._vhost_patterns()
 
     def require(self, kind: ResourceKind, name: str, permission: Permission) -> None:
         """403 unless the user may `permission` the queue or exchange `name`."""
         if kind == "exchange" and not name:
             name = DEFAULT_EXCHANGE
-        if not self._allows((kind, name, permission, "")):
+        patterns = self._patterns
+        if patterns is not None:
+            allowed = patterns.allows(permission, name)
+        else:
+            allowed = self._allows((kind, name, permission, ""))
+        if not allowed:
             raise errors.AccessRefused(
                 f"access to {kind} '{name}' in vhost '{self.vhost}' refused for user '{self.user.name}'"
             )
@@ -91,17 +145,22 @@ class Authorization:
         kind, name, permission, routing_key = question
         access = Access(self.vhost, kind, name, permission, routing_key)
         try:
-            result = self._authorizer().check(access)
+            # object: a plugin's answer is not trusted to be of the declared type
+            result: object = self._authorizer().check(access)
         except Exception:  # a broken authorizer refuses, and costs this check only
             log.exception("authorizer of user '%s' failed on %s", printable(self.user.name), printable(repr(access)))
             return False
-        if inspect.isawaitable(result):
+        if isinstance(result, bool):
+            allowed = result
+        elif inspect.isawaitable(result):
             raise NeedsAuthorization(self._fetch(question, access, result))
-        if result and kind != "vhost":  # asked once per connection: not worth its memory
+        else:
+            allowed = bool(result)
+        if allowed and kind != "vhost":  # asked once per connection: not worth its memory
             self._keep(question, True)
-        return bool(result)
+        return allowed
 
-    async def _fetch(self, question: Question, access: Access, pending: Awaitable[bool]) -> None:
+    async def _fetch(self, question: Question, access: Access, pending: Awaitable[object]) -> None:
         generation = self._generation
         try:
             answer = bool(await pending)

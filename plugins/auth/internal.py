@@ -14,6 +14,7 @@ from lavin.api import (
     PatternAuthorizer,
     StoredUser,
     User,
+    VHostPermissions,
 )
 from lavin.plugins.auth.guest import is_loopback
 
@@ -27,6 +28,10 @@ class StoredUserAuthorizer(Authorizer):
         self._name = name
         self._seen: StoredUser | None = None
         self._patterns: PatternAuthorizer | None = None
+
+    def vhost_permissions(self, vhost: str) -> VHostPermissions | None:
+        stored = self._context.stored_user(self._name)
+        return None if stored is None else stored.permissions.get(vhost)
 
     def check(self, access: Access) -> bool:
         stored = self._context.stored_user(self._name)
