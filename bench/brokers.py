@@ -78,7 +78,8 @@ def lavin(workdir: Path, extra_args: Sequence[str] = ()) -> Iterator[Broker]:
     port = free_port()
     log = workdir / "lavin.log"
     command = [str(Path(sys.executable).parent / "lavin"), "serve", "--data-dir", str(workdir / "lavin-data"),
-               "--bind", "127.0.0.1", "--amqp-port", str(port), "--log-level", "warning", *extra_args]  # fmt: skip
+               "--bind", "127.0.0.1", "--amqp-port", str(port), "--log-level", "warning",
+               "--http-port", str(free_port()), "--metrics-http-port", str(free_port()), *extra_args]  # fmt: skip
     env = {key: value for key, value in os.environ.items() if not key.startswith("LAVIN_")}
     with open(log, "wb") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)

@@ -35,7 +35,8 @@ def local_broker(data_dir: Path) -> Iterator[str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     command = [sys.executable, "-m", "lavin", "serve", "--data-dir", str(data_dir),
-               "--bind", "127.0.0.1", "--amqp-port", str(port)]  # fmt: skip
+               "--bind", "127.0.0.1", "--amqp-port", str(port),
+               "--http-port", "-1", "--metrics-http-port", "-1"]  # fmt: skip
     broker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 15

@@ -54,7 +54,37 @@ def main() -> None:
     show_envvar=True,
     help="AMQP listener port.",
 )
-@config_file_option("INI file with [main], [amqp] and [plugin.NAME] sections; flags and env vars override it.")
+@click.option(
+    "--http-bind",
+    envvar="LAVIN_HTTP_BIND",
+    default=DEFAULTS.http_bind,
+    show_envvar=True,
+    help="Address the management HTTP API and web UI bind to.",
+)
+@click.option(
+    "--http-port",
+    type=click.IntRange(-1, 65535),
+    envvar="LAVIN_HTTP_PORT",
+    default=DEFAULTS.http_port,
+    show_envvar=True,
+    help="Management HTTP API and web UI port; -1: none.",
+)
+@click.option(
+    "--metrics-http-bind",
+    envvar="LAVIN_METRICS_HTTP_BIND",
+    default=DEFAULTS.metrics_http_bind,
+    show_envvar=True,
+    help="Address the Prometheus endpoint binds to.",
+)
+@click.option(
+    "--metrics-http-port",
+    type=click.IntRange(-1, 65535),
+    envvar="LAVIN_METRICS_HTTP_PORT",
+    default=DEFAULTS.metrics_http_port,
+    show_envvar=True,
+    help="Prometheus endpoint port (/metrics without authentication); -1: none.",
+)
+@config_file_option("INI file with [main], [amqp], [mgmt] and [plugin.NAME] sections; flags and env vars override it.")
 @click.option(
     "--plugin",
     "plugins",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,11 @@ class StartupError(Exception):
 
     The CLI prints the message and exits non-zero, without a traceback.
     """
+
+
+# A listener port of -1 turns that listener off.
+DISABLED_PORT: Final = -1
+MAX_PORT: Final = 65535
 
 
 @dataclass
@@ -88,6 +93,12 @@ class Config:
     control_unix_path: Path | None = None
     # A definitions file (RabbitMQ's JSON) imported on every start, after users and vhosts load.
     load_definitions: Path | None = None
+    # The management HTTP API and web UI ([mgmt] bind / port, LavinMQ's names) and the
+    # unauthenticated Prometheus endpoint (RabbitMQ's port). Port 0: any free port; -1: off.
+    http_bind: str = "127.0.0.1"
+    http_port: int = 15672
+    metrics_http_bind: str = "127.0.0.1"
+    metrics_http_port: int = 15692
     # plugin name -> its `[plugin.NAME]` section, handed to the plugin's lavin_configure hook
     plugin_settings: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -128,6 +139,9 @@ class Config:
             raise StartupError("auth_backends must name at least one backend")
         if not self.default_user:
             raise StartupError("default_user must not be empty")
+        for name in ("http_port", "metrics_http_port"):
+            if not DISABLED_PORT <= getattr(self, name) <= MAX_PORT:
+                raise StartupError(f"{name} must be a port number, 0 for any free port or -1 for none")
 
     @property
     def control_socket_path(self) -> Path:
@@ -211,6 +225,10 @@ INI_KEYS: Mapping[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "disk_free_limit.absolute"): ("disk_free_limit", parse_bytes),
     ("main", "control_unix_path"): ("control_unix_path", _optional_path),
     ("main", "load_definitions"): ("load_definitions", _optional_path),
+    ("main", "metrics_http_bind"): ("metrics_http_bind", str),
+    ("main", "metrics_http_port"): ("metrics_http_port", int),
+    ("mgmt", "bind"): ("http_bind", str),
+    ("mgmt", "port"): ("http_port", int),
     ("amqp", "bind"): ("bind", str),
     ("amqp", "port"): ("amqp_port", int),
     ("amqp", "heartbeat"): ("heartbeat", int),

@@ -17,8 +17,8 @@ from pathlib import Path
 from lavin.amqp.connection import Connection
 from lavin.broker.broker import Broker
 from lavin.config import Config, StartupError
-from lavin.management.control_socket import ControlSocket
 from lavin.management.definitions import load_definitions_file
+from lavin.management.plane import ManagementPlane
 from lavin.plugin_registry import Registry, load_registry
 
 log = logging.getLogger(__name__)
@@ -121,11 +121,11 @@ def tune_garbage_collector() -> None:
 class RunningBroker:
     """A broker that recovered its data and listens; `stop` shuts it down gracefully."""
 
-    def __init__(self, broker: Broker, server: asyncio.Server, registry: Registry, control: ControlSocket) -> None:
+    def __init__(self, broker: Broker, server: asyncio.Server, registry: Registry, management: ManagementPlane) -> None:
         self.broker = broker
         self.server = server
         self.registry = registry
-        self.control = control
+        self.management = management
 
     @property
     def amqp_port(self) -> int:
@@ -133,10 +133,16 @@ class RunningBroker:
         port: int = self.server.sockets[0].getsockname()[1]
         return port
 
+    @property
+    def http_port(self) -> int | None:
+        """The management API's port (the one configured, or a free one for port 0)."""
+        http = self.management.http
+        return None if http is None else http.port
+
     async def stop(self) -> None:
         log.info("Shutting down")
         self.registry.hooks.lavin_shutdown(broker=self.broker)
-        await self.control.stop()
+        await self.management.stop()
         self.server.close()
         await self.broker.shutdown()
         try:
@@ -146,17 +152,17 @@ class RunningBroker:
 
 
 async def start_broker(config: Config, registry: Registry) -> RunningBroker:
-    """Recover the data, import `load_definitions`, open the control socket and the
-    listener, and run the start-up hooks."""
+    """Recover the data, import `load_definitions`, open the management plane and the
+    AMQP listener, and run the start-up hooks."""
     loop = asyncio.get_running_loop()
     log.info("Lavin starting, data dir %s, event loop %s", config.data_dir, type(loop).__module__)
     broker = Broker(config, registry)
     await broker.start()
-    control = ControlSocket(broker, config.control_socket_path, configured=config.control_unix_path is not None)
+    management = ManagementPlane(broker, config)
     try:
         if config.load_definitions is not None:
             load_definitions_file(broker, config.load_definitions)
-        await control.start()
+        await management.start()
     except StartupError:
         await broker.shutdown()
         raise
@@ -164,14 +170,14 @@ async def start_broker(config: Config, registry: Registry) -> RunningBroker:
     try:
         server = await loop.create_server(lambda: Connection(broker), config.bind, config.amqp_port, reuse_address=True)
     except OSError as exc:
-        await control.stop()
+        await management.stop()
         await broker.shutdown()
         raise StartupError(f"cannot listen on {config.bind}:{config.amqp_port}: {exc}") from exc
     for listening_socket in server.sockets:
         host, port = listening_socket.getsockname()[:2]
         log.info("Listening on amqp://%s:%s", host, port)
     registry.hooks.lavin_startup(broker=broker)
-    return RunningBroker(broker, server, registry, control)
+    return RunningBroker(broker, server, registry, management)
 
 
 async def run_broker(config: Config, registry: Registry) -> None:

@@ -60,6 +60,9 @@ class BrokerProcess:
         self.env = dict(env) if env is not None else None
         self.port = port if port is not None else free_port()
         self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+        self.http_port = free_port()
+        self.metrics_port = free_port()
+        self.http_url = f"http://{self.host}:{self.http_port}"
         # Next to the data dir, so a restart keeps appending to one log.
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker-{self.port}.log"
         self._process: subprocess.Popen[bytes] | None = None
@@ -72,6 +75,8 @@ class BrokerProcess:
             "--data-dir", str(self.data_dir),
             "--bind", self.host,
             "--amqp-port", str(self.port),
+            "--http-port", str(self.http_port),
+            "--metrics-http-port", str(self.metrics_port),
             "--log-level", "info",
             *self.extra_args,
         ]  # fmt: skip

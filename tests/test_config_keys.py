@@ -52,9 +52,11 @@ class ConfiguredBroker(BrokerProcess):
         super().__init__(tmp_path / "data", port=free_port(), env=env)
         self.ini = tmp_path / "lavin.ini"
         self.ini.write_text(
-            f"[main]\ndata_dir = {self.data_dir}\n{textwrap.dedent(settings)}\n"
+            f"[main]\ndata_dir = {self.data_dir}\nmetrics_http_port = {self.metrics_port}\n"
+            f"{textwrap.dedent(settings)}\n"
             # later sections of the same name add to the first
             f"[amqp]\nbind = {host}\nport = {self.port}\n"
+            f"[mgmt]\nport = {self.http_port}\n"
         )
 
     @property

@@ -192,13 +192,15 @@ class _Impersonators(AuthBackend):
 
 
 def test_an_impersonator_may_publish_with_any_user_id(tmp_path: Path) -> None:
-    config = Config(data_dir=tmp_path, amqp_port=0, auth_backends=("impersonators",))
+    config = Config(
+        data_dir=tmp_path, amqp_port=0, http_port=-1, metrics_http_port=-1, auth_backends=("impersonators",)
+    )
     builtin = load_plugins(Config(data_dir=tmp_path, amqp_port=0))
     registry = dataclasses.replace(builtin, auth_backends={**builtin.auth_backends, "impersonators": _Impersonators})
     thread = _BrokerThread(config, registry)
     thread.start()
     try:
-        port = thread.port.result(30)
+        port, _ = thread.ports.result(30)
         with open_session(f"amqp://relay:any@127.0.0.1:{port}/%2F") as amqp:
             queue = amqp.declare_queue()
             amqp.channel.basic_publish("", queue, b"relayed", BasicProperties(user_id="alice"))

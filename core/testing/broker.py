@@ -26,6 +26,12 @@ class LavinBroker:
     port: int
     data_dir: Path
     host: str = "127.0.0.1"
+    http_port: int | None = None  # the management API's
+
+    @property
+    def http_url(self) -> str:
+        """The management API's base URL (no trailing slash)."""
+        return f"http://{self.host}:{self.http_port}"
 
     @property
     def url(self) -> str:
@@ -40,13 +46,13 @@ def running_broker(data_dir: Path, plugins: Sequence[str] = ()) -> Iterator[Lavi
     `plugins` are the names `lavin serve --plugin` takes. Running it again on the same
     `data_dir` restarts the broker with the durable data of the previous run.
     """
-    config = Config(data_dir=data_dir, amqp_port=0, plugins=tuple(plugins))
+    config = Config(data_dir=data_dir, amqp_port=0, http_port=0, metrics_http_port=0, plugins=tuple(plugins))
     with data_dir_lock(config.data_dir):
         thread = _BrokerThread(config, load_plugins(config))
         thread.start()
         try:
-            port = thread.port.result(START_TIMEOUT)
-            yield LavinBroker(port, config.data_dir)
+            port, http_port = thread.ports.result(START_TIMEOUT)
+            yield LavinBroker(port, config.data_dir, http_port=http_port)
         finally:
             thread.stop()
 
@@ -65,7 +71,7 @@ class _BrokerThread(threading.Thread):
         self._runner = asyncio.Runner(loop_factory=factory)
         self._loop = self._runner.get_loop()
         self._stop_requested = asyncio.Event()
-        self.port: Future[int] = Future()
+        self.ports: Future[tuple[int, int | None]] = Future()  # AMQP, management
         self._failure: BaseException | None = None
 
     def run(self) -> None:
@@ -73,10 +79,10 @@ class _BrokerThread(threading.Thread):
             with self._runner:
                 self._runner.run(self._serve())
         except BaseException as exc:  # noqa: BLE001 - every failure goes to the test's thread
-            if self.port.done():
+            if self.ports.done():
                 self._failure = exc
             else:
-                self.port.set_exception(exc)
+                self.ports.set_exception(exc)
 
     async def _serve(self) -> None:
         gc_threshold = gc.get_threshold()
@@ -84,7 +90,7 @@ class _BrokerThread(threading.Thread):
         # start_broker tunes the garbage collector for a broker process; this one is the tests'.
         gc.unfreeze()
         gc.set_threshold(*gc_threshold)
-        self.port.set_result(running.amqp_port)
+        self.ports.set_result((running.amqp_port, running.http_port))
         await self._stop_requested.wait()
         await running.stop()
 

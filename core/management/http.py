@@ -1,0 +1,113 @@
+"""What every management endpoint shares: RabbitMQ's JSON replies and error bodies, the
+request body reader, and the broker the application serves.
+
+Errors are RabbitMQ's: 400 `{"error": "bad_request", "reason": ...}`, 404 `{"error":
+"Object Not Found", "reason": "Not Found"}`, 405, and 201 for a PUT that creates, 204 for
+one that updates and for a DELETE.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import functools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from aiohttp import web
+from lavin.api.printable import printable
+from lavin.broker.access_control import AccessControl, AccessControlError, NotFoundError
+from lavin.broker.broker import Broker
+from lavin.management import shapes
+
+log = logging.getLogger(__name__)
+
+BROKER: Final = web.AppKey("broker", Broker)
+# RabbitMQ's default max_http_body_size: a definitions document can be large.
+MAX_BODY_SIZE: Final = 20 * 1024 * 1024
+NOT_FOUND: Final = {"error": "Object Not Found", "reason": "Not Found"}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ObjectNotFound(Exception):
+    """The object a path names does not exist: 404, as RabbitMQ answers."""
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except shapes.BadRequest as exc:
+        return error_response(400, "bad_request", str(exc))
+    except NotFoundError as exc:
+        return error_response(404, "not_found", str(exc))
+    except AccessControlError as exc:
+        return error_response(400, "bad_request", str(exc))
+    except ObjectNotFound:
+        return reply(NOT_FOUND, status=404)
+    except web.HTTPNotFound:  # no such path
+        return reply(NOT_FOUND, status=404)
+    except web.HTTPMethodNotAllowed as exc:
+        return error_response(405, "method_not_allowed", f"{exc.method} is not allowed here")
+    except web.HTTPRequestEntityTooLarge:
+        return error_response(400, "bad_request", "Exceeded HTTP request body size limit")
+    except OSError as exc:  # users.json, vhosts.json or a vhost's files could not be written
+        log.error("%s %s failed: %s", request.method, printable(request.path), exc)
+        return error_response(500, "internal_server_error", str(exc))
+
+
+def error_response(status: int, error: str, reason: str) -> web.Response:
+    return reply({"error": error, "reason": reason}, status=status)
+
+
+def _json_default(value: Any) -> Any:
+    """AMQP argument values JSON lacks: byte strings, decimals, timestamps."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+_dumps = functools.partial(json.dumps, default=_json_default)
+
+
+def reply(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=_dumps)
+
+
+def done(created: bool = False) -> web.Response:
+    return web.Response(status=201 if created else 204)
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object, read as RabbitMQ reads it (an empty body is `{}`)."""
+    body = (await request.read()).strip()
+    if body in (b"", b"null", b"undefined"):
+        return {}
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        raise shapes.BadRequest("not_json") from None
+    if isinstance(decoded, str):
+        raise shapes.BadRequest(
+            "invalid payload: the request body JSON-decoded to a string. Is the input doubly-JSON-encoded?"
+        )
+    if not isinstance(decoded, dict):
+        raise shapes.BadRequest("not_json")
+    return decoded
+
+
+def access_of(request: web.Request) -> AccessControl:
+    return request.app[BROKER].access
+
+
+def known_vhost(access: AccessControl, name: str) -> str:
+    if name not in access.vhosts():
+        raise ObjectNotFound
+    return name

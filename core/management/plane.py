@@ -1,0 +1,40 @@
+"""The management plane's listeners: the control socket (`lavin ctl`), the management
+HTTP API and web UI, and the Prometheus endpoint."""
+
+from __future__ import annotations
+
+from lavin.broker.broker import Broker
+from lavin.config import DISABLED_PORT, Config
+from lavin.management.app import build_app
+from lavin.management.control_socket import ControlSocket
+from lavin.management.listener import HttpListener
+
+
+class ManagementPlane:
+    def __init__(self, broker: Broker, config: Config) -> None:
+        self.control = ControlSocket(
+            broker, config.control_socket_path, configured=config.control_unix_path is not None
+        )
+        self.http: HttpListener | None = None
+        if config.http_port != DISABLED_PORT:
+            app = build_app(broker, trusted=False)
+            self.http = HttpListener(app, config.http_bind, config.http_port, "management API and web UI")
+
+    @property
+    def listeners(self) -> list[HttpListener]:
+        return [listener for listener in (self.http,) if listener is not None]
+
+    async def start(self) -> None:
+        """Open every listener; if one cannot open, close those that did (StartupError)."""
+        try:
+            await self.control.start()
+            for listener in self.listeners:
+                await listener.start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        for listener in self.listeners:
+            await listener.stop()
+        await self.control.stop()

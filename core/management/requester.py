@@ -1,0 +1,155 @@
+"""Who asks the management API, and what its tags let it do, as in RabbitMQ:
+
+- no tag of the four below: no management access at all (401);
+- `management`: the vhosts it has permissions on, and its own connections and channels;
+- `policymaker`: `management`, plus policies and parameters on those vhosts;
+- `monitoring`: `management`, plus every vhost, connection and channel, and node data;
+- `administrator`: everything.
+
+Over TCP a user logs in with HTTP Basic on every request (the broker's auth backends
+decide, as for AMQP). Over the control socket every request is trusted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import inspect
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from aiohttp import web
+from lavin.api import errors
+from lavin.api.auth import Access, User
+from lavin.management.http import BROKER, Handler, reply
+
+MANAGEMENT_TAGS: Final = frozenset({"management", "policymaker", "monitoring", "administrator"})
+# RabbitMQ's realm: tools that match on it keep working.
+REALM: Final = 'Basic realm="RabbitMQ Management"'
+# Paths only a logged-in user may read; the web UI's pages and files are public (they
+# hold no data, and log in to the API from the browser).
+PROTECTED_PREFIXES: Final = ("/api/", "/metrics")
+
+
+class NotAuthorised(Exception):
+    """401 with RabbitMQ's body: `{"error": "not_authorized", "reason": ...}`."""
+
+
+@dataclass(frozen=True)
+class Requester:
+    """The user behind a request; `user` is None for a trusted request (control socket)."""
+
+    name: str
+    tags: frozenset[str]
+    user: User | None
+
+    @property
+    def is_administrator(self) -> bool:
+        return self.user is None or "administrator" in self.tags
+
+    @property
+    def is_monitor(self) -> bool:
+        """Sees every vhost, connection and channel (monitoring or administrator)."""
+        return self.is_administrator or "monitoring" in self.tags
+
+    @property
+    def is_policymaker(self) -> bool:
+        return self.is_administrator or "policymaker" in self.tags
+
+    def require_administrator(self) -> None:
+        if not self.is_administrator:
+            raise NotAuthorised("Not administrator user")
+
+    def require_monitor(self) -> None:
+        if not self.is_monitor:
+            raise NotAuthorised("Not monitor user")
+
+    def require_policymaker(self) -> None:
+        if not self.is_policymaker:
+            raise NotAuthorised("Not policymaker user")
+
+    async def may_access_vhost(self, vhost: str) -> bool:
+        """Whether the user has permissions on `vhost` (its authorizer decides)."""
+        if self.user is None:
+            return True
+        authorizer = self.user.authorizer
+        assert authorizer is not None  # User.__post_init__ sets one
+        answer = authorizer.check(Access(vhost, "vhost"))
+        return bool(await answer) if inspect.isawaitable(answer) else bool(answer)
+
+    async def require_vhost(self, vhost: str) -> None:
+        """401 unless the user may see `vhost`: any vhost for a monitor, else one it has
+        permissions on."""
+        if not self.is_monitor and not await self.may_access_vhost(vhost):
+            raise NotAuthorised("User not authorised to access virtual host")
+
+    async def visible_vhosts(self, vhosts: Iterable[str]) -> list[str]:
+        """Those of `vhosts` the user may see, in their order."""
+        if self.is_monitor:
+            return list(vhosts)
+        return [vhost for vhost in vhosts if await self.may_access_vhost(vhost)]
+
+    def owns(self, user_name: str) -> bool:
+        """Whether a connection or channel of `user_name` is the requester's to see (all
+        are a monitor's)."""
+        return self.is_monitor or user_name == self.name
+
+
+REQUESTER: Final = web.RequestKey("requester", Requester)
+TRUSTED: Final = Requester("", frozenset({"administrator"}), None)
+
+
+def requester(request: web.Request) -> Requester:
+    return request[REQUESTER]
+
+
+@web.middleware
+async def trust_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
+    request[REQUESTER] = TRUSTED
+    return await _answer(request, handler)
+
+
+@web.middleware
+async def authenticate_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if not request.path.startswith(PROTECTED_PREFIXES):
+        return await handler(request)
+    credentials = _basic_credentials(request.headers.get("Authorization", ""))
+    if credentials is None:
+        return not_authorised("Not_Authorized")
+    username, password = credentials
+    peer = request.remote or ""
+    try:
+        user = await request.app[BROKER].authenticate(username, password, peer, "PLAIN")
+    except errors.ConnectionAccessRefused:
+        return not_authorised("Not_Authorized")
+    tags = frozenset(user.tags)
+    if not tags & MANAGEMENT_TAGS:
+        return not_authorised("Not management user")
+    request[REQUESTER] = Requester(user.name, tags, user)
+    return await _answer(request, handler)
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except NotAuthorised as exc:
+        return not_authorised(str(exc))
+
+
+def not_authorised(reason: str) -> web.Response:
+    response = reply({"error": "not_authorized", "reason": reason}, status=401)
+    response.headers["WWW-Authenticate"] = REALM
+    return response
+
+
+def _basic_credentials(header: str) -> tuple[str, str] | None:
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    username, colon, password = decoded.partition(":")
+    return (username, password) if colon else None
