@@ -7,23 +7,44 @@ PYTHON ?= python3
 VENV := .venv
 INSTALLED_VENV := .venv-installed
 SOURCES := pyproject.toml setup.py README.md $(shell find core plugins spark bench -name '*.py' 2>/dev/null)
+SOURCES += $(shell find core/management/ui -type f 2>/dev/null)  # the web UI's files ship too
 ARGS ?=
 
-.PHONY: serve test test-installed bench compare lint typecheck clean
+.PHONY: serve test test-installed bench compare lint typecheck clean browser rabbitmqadmin
 
 serve: $(INSTALLED_VENV)/.installed-run
 	$(INSTALLED_VENV)/bin/lavin serve $(ARGS)
 
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test browser rabbitmqadmin
 	$(VENV)/bin/python -m pytest -q $(ARGS)
 
 # The suite against a regular (non-editable) install, run from inside that venv so the
 # current directory holds no `lavin` and no egg-info: `lavin` can only come from
 # site-packages, which catches modules missing from the wheel.
-test-installed: $(INSTALLED_VENV)/.installed-test
+test-installed: $(INSTALLED_VENV)/.installed-test browser rabbitmqadmin
 	cd $(INSTALLED_VENV) && LAVIN_TEST_EXPECT_INSTALLED=1 \
 		$(CURDIR)/$(INSTALLED_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 		-c $(CURDIR)/pyproject.toml --rootdir $(CURDIR) $(CURDIR)/tests $(ARGS)
+
+# The web UI's browser tests drive Debian's chromium (never a downloaded browser): installed
+# when missing and apt-get is there (as root, or with sudo); else those tests skip and say why.
+browser:
+	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null || \
+		{ as_root="$$( [ "$$(id -u)" = 0 ] || echo sudo -n )"; \
+		  $$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+		  || { $$as_root apt-get update -qq && $$as_root env DEBIAN_FRONTEND=noninteractive \
+		       apt-get install -y -qq chromium; }; } >/dev/null || \
+		echo "chromium could not be installed: the web UI's browser tests will skip"
+
+# tests/test_rabbitmqadmin.py drives RabbitMQ's own rabbitmqadmin, from Debian's rabbitmq-server:
+# installed when missing and apt-get is there (as root, or with sudo); else those tests skip.
+rabbitmqadmin:
+	@command -v rabbitmqadmin >/dev/null || ! command -v apt-get >/dev/null || \
+		{ as_root="$$( [ "$$(id -u)" = 0 ] || echo sudo -n )"; \
+		  $$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rabbitmq-server \
+		  || { $$as_root apt-get update -qq && $$as_root env DEBIAN_FRONTEND=noninteractive \
+		       apt-get install -y -qq --no-install-recommends rabbitmq-server; }; } >/dev/null || \
+		echo "rabbitmq-server could not be installed: the rabbitmqadmin tests will skip"
 
 # Micro-benchmarks of the hot paths, bench/test_*.py (`make test` collects only tests/).
 bench: $(VENV)/.installed-bench

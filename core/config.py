@@ -99,6 +99,8 @@ class Config:
     http_port: int = 15672
     metrics_http_bind: str = "127.0.0.1"
     metrics_http_port: int = 15692
+    # ms between samples of the message statistics (RabbitMQ's collect_statistics_interval).
+    collect_statistics_interval: int = 5000
     # plugin name -> its `[plugin.NAME]` section, handed to the plugin's lavin_configure hook
     plugin_settings: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -135,6 +137,8 @@ class Config:
             raise StartupError("vm_memory_high_watermark must not be negative")
         if self.disk_free_limit < 0:
             raise StartupError("disk_free_limit must not be negative")
+        if self.collect_statistics_interval <= 0:
+            raise StartupError("collect_statistics_interval must be a positive number of milliseconds")
         if not self.auth_backends:
             raise StartupError("auth_backends must name at least one backend")
         if not self.default_user:
@@ -227,6 +231,7 @@ INI_KEYS: Mapping[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "load_definitions"): ("load_definitions", _optional_path),
     ("main", "metrics_http_bind"): ("metrics_http_bind", str),
     ("main", "metrics_http_port"): ("metrics_http_port", int),
+    ("main", "collect_statistics_interval"): ("collect_statistics_interval", int),
     ("mgmt", "bind"): ("http_bind", str),
     ("mgmt", "port"): ("http_port", int),
     ("amqp", "bind"): ("bind", str),

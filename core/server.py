@@ -176,7 +176,15 @@ async def start_broker(config: Config, registry: Registry) -> RunningBroker:
     for listening_socket in server.sockets:
         host, port = listening_socket.getsockname()[:2]
         log.info("Listening on amqp://%s:%s", host, port)
+        broker.listeners.append(("amqp", host, port))
+    if management.http is not None:
+        broker.listeners.append(("http", management.http.bind, management.http.port))
+    if management.metrics is not None:  # RabbitMQ's name for the prometheus listener
+        broker.listeners.append(("http/prometheus", management.metrics.bind, management.metrics.port))
     registry.hooks.lavin_startup(broker=broker)
+    enabled = [plugin.name for plugin in registry.loaded if plugin.state == "enabled"]
+    names = ": " + ", ".join(enabled) if enabled else ""
+    log.info("Server startup complete; %d plugins started%s", len(enabled), names)
     return RunningBroker(broker, server, registry, management)
 
 

@@ -7,20 +7,11 @@ kill or configure a broker take `fresh_broker` or `broker_factory`.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerFactory, BrokerProcess
-
-
-def stop_quietly(process: BrokerProcess) -> None:
-    try:
-        process.stop()
-    except RuntimeError as exc:
-        warnings.warn(f"{process!r} did not stop cleanly: {exc}", stacklevel=1)
-        process.kill()
+from broker_process import BrokerFactory, BrokerProcess, stop_quietly
 
 
 @pytest.fixture(scope="session")

@@ -62,7 +62,8 @@ def test_import_through_lavin_ctl(fresh_broker: BrokerProcess) -> None:
         f'Importing definitions in JSON from a file at "{FIXTURE}" ...\nSuccessfully imported definitions.\n'
     )
     check_imported(fresh_broker)
-    assert "definitions: skipped 1 policies: Lavin has no use for them" in fresh_broker.output
+    status, policy = api(fresh_broker, "GET", "/api/policies/staging/lengths")
+    assert (status, policy["definition"], policy["apply-to"]) == (200, {"max-length": 1000}, "all")
     # Again: additive, and the guest user RabbitMQ exported keeps RabbitMQ's hash.
     assert ctl(fresh_broker, "import_definitions", str(FIXTURE)).returncode == 0
     status, guest = api(fresh_broker, "GET", "/api/users/guest")

@@ -11,6 +11,7 @@ import pytest
 import requests
 from broker_process import BrokerProcess, port_accepts
 from control_helpers import ctl_ok
+from helpers import unique_name
 
 GUEST = ("guest", "guest")
 
@@ -131,3 +132,14 @@ def test_a_taken_http_port_stops_start_up_naming_it(broker: BrokerProcess, tmp_p
     with pytest.raises(RuntimeError, match=f"cannot listen on 127.0.0.1:{broker.http_port} \\(management API"):
         process.start()
     assert "Traceback" not in process.output
+
+
+def test_the_administrator_who_creates_a_vhost_gets_full_permissions_on_it(broker: BrokerProcess) -> None:
+    vhost = unique_name("made-over-http")
+    created = requests.put(f"{broker.http_url}/api/vhosts/{vhost}", auth=GUEST, json={}, timeout=10)
+    assert created.status_code == 201
+    try:
+        permissions = get(broker, f"/api/permissions/{vhost}/guest").json()
+        assert (permissions["configure"], permissions["write"], permissions["read"]) == (".*", ".*", ".*")
+    finally:
+        requests.delete(f"{broker.http_url}/api/vhosts/{vhost}", auth=GUEST, timeout=10)

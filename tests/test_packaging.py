@@ -41,6 +41,26 @@ def test_every_package_folder_is_listed() -> None:
     assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
 
 
+def test_every_web_ui_file_is_package_data() -> None:
+    """The UI's pages, scripts and styles are no modules: only package-data ships them."""
+    setuptools_table = pyproject()["tool"]["setuptools"]
+    patterns = setuptools_table["package-data"]["lavin.management"]
+    ui_dir = REPO_ROOT / "core" / "management" / "ui"
+    files = [path.relative_to(ui_dir.parent) for path in ui_dir.rglob("*") if path.is_file()]
+    assert files, ui_dir
+    assert [path for path in files if not any(path.match(pattern) for pattern in patterns)] == []
+
+
+@pytest.mark.skipif(not os.environ.get("LAVIN_TEST_EXPECT_INSTALLED"), reason="only for `make test-installed`")
+def test_the_web_ui_is_installed() -> None:
+    import lavin.management
+
+    installed = Path(lavin.management.__file__).resolve().parent / "ui"
+    for path in (REPO_ROOT / "core" / "management" / "ui").rglob("*"):
+        if path.is_file():
+            assert (installed / path.relative_to(REPO_ROOT / "core" / "management" / "ui")).is_file(), path
+
+
 def test_every_entry_point_loads_and_names_match() -> None:
     from lavin import api
 

@@ -31,6 +31,7 @@ from lavin.broker.direct_reply import rewrite_reply_to
 from lavin.broker.exchange import Exchange
 from lavin.broker.expiry import message_expiration
 from lavin.broker.queue import NEEDS_SYNC, MessageQueue, Queue
+from lavin.broker.stats import ChannelSnapshot, ConsumerSnapshot
 from lavin.broker.vhost import UNROUTED
 from pamqp import commands
 
@@ -95,6 +96,15 @@ class Channel:
         # (highest delivery tag, loop time) noted at each check; made on first use, as most
         # channels never arm the timer and an empty deque costs hundreds of bytes
         self._tag_notes: deque[tuple[int, float]] | None = None
+        # Message statistics (lavin.broker.stats): only ever incremented.
+        self.published = 0
+        self.returned_unroutable = 0
+        self.delivered = 0
+        self.delivered_no_ack = 0
+        self.got = 0
+        self.got_no_ack = 0
+        self.redelivered = 0
+        self.acked = 0
 
     # ---- frames in -----------------------------------------------------------------------
 
@@ -330,7 +340,9 @@ class Channel:
         the message must reach the disk before a confirm or commit-ok."""
         connection = self.connection
         status = self.vhost.publish(exchange, message, connection.flow)
+        self.published += 1
         if status & UNROUTED and mandatory:
+            self.returned_unroutable += 1
             connection.send(
                 codec.return_frame(self.id, 312, "NO_ROUTE", exchange, message.routing_key)
                 + codec.content_frames(self.id, message.properties, message.body, connection.frame_max)
@@ -357,12 +369,21 @@ class Channel:
     ) -> None:
         self._next_tag += 1
         tag = self._next_tag
+        queue = consumer.queue
+        if redelivered:
+            self.redelivered += 1
+            queue.redelivered += 1
         if consumer.no_ack:
+            self.delivered_no_ack += 1
+            queue.delivered_no_ack += 1
             if message_id >= 0:  # -1: handed over without ever being stored
                 settles.ack(message_id)
         else:
+            self.delivered += 1
+            queue.delivered += 1
             self.unacked[tag] = (settles, message_id, consumer)
             consumer.unacked += 1
+            queue.unacked += 1
             self.consumer_unacked += 1
             if self._arm_timeout:
                 self._watch_unacked(tag, consumer.queue)
@@ -401,10 +422,18 @@ class Channel:
         message_id, message, redelivered = item
         self._next_tag += 1
         tag = self._next_tag
+        if redelivered:
+            self.redelivered += 1
+            queue.redelivered += 1
         if no_ack:
+            self.got_no_ack += 1
+            queue.got_no_ack += 1
             queue.ack(message_id)
         else:
+            self.got += 1
+            queue.got += 1
             self.unacked[tag] = (queue, message_id, None)
+            queue.unacked += 1
             if self._timeout_timer is None:
                 self._watch_unacked(tag, queue)  # RabbitMQ times out basic.get deliveries too
         self.connection.send(
@@ -490,8 +519,14 @@ class Channel:
             self.reject_now(tag, multiple, requeue)
 
     def ack_now(self, tag: int, multiple: bool) -> None:
-        for queue, message_id, _ in self._take(tag, multiple):
-            queue.ack(message_id)
+        entries = self._take(tag, multiple)
+        self.acked += len(entries)
+        for settles, message_id, consumer in entries:
+            settles.ack(message_id)
+            if consumer is not None:
+                consumer.queue.acked += 1
+            elif isinstance(settles, Queue):  # a basic.get delivery
+                settles.acked += 1
         self.resume_deliveries()
 
     def reject_now(self, tag: int, multiple: bool, requeue: bool) -> None:
@@ -525,20 +560,24 @@ class Channel:
         if not remove:
             return []
         entries = [unacked.pop(t) for t in tags]
-        for _, _, consumer in entries:
+        self._forget(entries)
+        return entries
+
+    def _forget(self, entries: list[Unacked]) -> None:
+        """These deliveries are no longer unacked: settled, or going back to their queues."""
+        for settles, _, consumer in entries:
             if consumer is not None:
                 consumer.unacked -= 1
+                consumer.queue.unacked -= 1
                 self.consumer_unacked -= 1
-        return entries
+            elif isinstance(settles, Queue):  # a basic.get delivery
+                settles.unacked -= 1
 
     def recover(self) -> None:
         """basic.recover: every unacked delivery goes back to its queue as redelivered."""
         entries = list(self.unacked.values())
         self.unacked.clear()
-        for _, _, consumer in entries:
-            if consumer is not None:
-                consumer.unacked -= 1
-                self.consumer_unacked -= 1
+        self._forget(entries)
         self._requeue(entries)
 
     @staticmethod
@@ -574,6 +613,49 @@ class Channel:
             self.connection.send(
                 codec.method_frame(self.id, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
             )
+
+    # ---- what the management API reads ---------------------------------------------------
+
+    def message_counts(self) -> dict[str, int]:
+        """Its statistics counters under RabbitMQ's `message_stats` names."""
+        confirms = self.confirms
+        return {
+            "publish": self.published,
+            "confirm": confirms.confirmed if confirms is not None else 0,
+            "return_unroutable": self.returned_unroutable,
+            "deliver": self.delivered,
+            "deliver_no_ack": self.delivered_no_ack,
+            "get": self.got,
+            "get_no_ack": self.got_no_ack,
+            "redeliver": self.redelivered,
+            "ack": self.acked,
+        }
+
+    def snapshot(self) -> ChannelSnapshot:
+        consumers = [
+            ConsumerSnapshot(
+                consumer.tag,
+                consumer.queue.name,
+                not consumer.no_ack,
+                consumer.prefetch,
+                consumer.exclusive,
+                consumer.arguments,
+                consumer.is_active(),
+            )
+            for consumer in self.consumers.values()
+        ]
+        return ChannelSnapshot(
+            self,
+            self.id,
+            "closing" if self.closing else "running",
+            self.consumer_prefetch,
+            self.global_prefetch,
+            len(self.unacked),
+            self.confirms is not None,
+            self.tx is not None,
+            consumers,
+            self.message_counts(),
+        )
 
     # ---- closing -------------------------------------------------------------------------
 
@@ -613,7 +695,7 @@ class Channel:
             consumer.queue.remove_consumer(consumer)
         entries = list(self.unacked.values())
         self.unacked.clear()
-        self.consumer_unacked = 0
+        self._forget(entries)
         self._requeue(entries)
         if self.tx is not None:
             self.tx.rollback()

@@ -30,6 +30,11 @@ class PublisherConfirms:
         self._synced_upto = 0
         self._sync_registered = False
 
+    @property
+    def confirmed(self) -> int:
+        """Publishes confirmed or nacked so far (the channel's `confirm` statistic)."""
+        return self._confirmed
+
     def published(self, status: int) -> None:
         """Count one publish with its VHost.publish status."""
         self.publish_seq += 1

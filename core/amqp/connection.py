@@ -26,6 +26,7 @@ from lavin.api.printable import printable
 from lavin.broker.alarms import ResourceAlarms
 from lavin.broker.broker import Broker
 from lavin.broker.flow import PublisherFlow
+from lavin.broker.stats import ConnectionSnapshot
 from lavin.broker.vhost import VHost
 from pamqp import commands
 from pamqp.common import FieldTable
@@ -107,6 +108,12 @@ class Connection(asyncio.Protocol):
         self._secret_update: asyncio.Task[User | errors.NotAllowed] | None = None
         self.dirty_channels: set[Channel] = set()
         self.flow: PublisherFlow | None = None
+        self.name = ""  # RabbitMQ's: "peer host:port -> local host:port"
+        self.close_reason: str | None = None  # for the log: "" the client closed it, None it just went
+        self.auth_mechanism = ""
+        self.connected_at = 0  # ms since the epoch
+        self.recv_oct = 0  # bytes read and written (statistics: one addition per socket read or write)
+        self.send_oct = 0
 
     # ---- transport callbacks -------------------------------------------------------------
 
@@ -117,9 +124,13 @@ class Connection(asyncio.Protocol):
         peername = stream.get_extra_info("peername") or ("", 0)
         self.peer_host = str(peername[0])
         self.peer = f"{peername[0]}:{peername[1]}"
+        local = stream.get_extra_info("sockname") or ("", 0)
+        self.name = f"{self.peer} -> {local[0]}:{local[1]}"
         stream.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self.flow = PublisherFlow(self._pause_for_flow, self._resume_for_flow)
+        self.connected_at = int(time.time() * 1000)
         self.broker.connections.add(self)
+        self.broker.stats.connection_opened(self)
         # A client that never finishes the handshake must not hold a socket forever.
         self._close_timer = self.loop.call_later(10.0, self._handshake_timeout)
 
@@ -129,10 +140,12 @@ class Connection(asyncio.Protocol):
         self._cancel_timers()
         self._release_channels()
         self.broker.connections.discard(self)
+        self.broker.stats.connection_closed(self)
         self.alarms.release(self)
         if self.vhost is not None:
             self.vhost.connection_closed(self)
         if was_open:
+            self._log_closed()
             self.broker.registry.hooks.lavin_connection_closed(connection=self)
 
     def pause_writing(self) -> None:
@@ -149,6 +162,7 @@ class Connection(asyncio.Protocol):
         if self.state == CLOSED:  # close-ok sent: what the client sent before it saw it is dropped
             return
         self._received_since_tick = True
+        self.recv_oct += len(data)
         buffer = self.buffer
         if self.paused_by & PAUSED_FOR_AUTHORIZATION:  # what was read already waits behind that frame
             buffer += data
@@ -178,6 +192,8 @@ class Connection(asyncio.Protocol):
     # ---- parsing -------------------------------------------------------------------------
 
     def _check_protocol_header(self, header: bytes) -> bool:
+        # Logged once the client sent something, as RabbitMQ does: port probes stay quiet.
+        log.info("accepting AMQP connection %s", self.name)
         if header != codec.PROTOCOL_HEADER:
             # The spec's answer to a header we don't speak: ours, then close.
             if self.transport is not None:
@@ -346,6 +362,9 @@ class Connection(asyncio.Protocol):
         """Authenticate without blocking the loop: reading pauses until the backends answer
         (a client sends nothing before tune anyway)."""
         self.client_properties = dict(method.client_properties or {})
+        if self._client_name():
+            log.info("connection %s has a client-provided name: %s", self.name, self._client_name())
+        self.auth_mechanism = method.mechanism
         try:
             username, password = self._credentials(method.mechanism, method.response or "")
         except errors.ConnectionAccessRefused as exc:
@@ -443,6 +462,12 @@ class Connection(asyncio.Protocol):
             self._close_timer.cancel()
             self._close_timer = None
         self.send(codec.method_frame(0, commands.Connection.OpenOk()))
+        log.info(
+            "connection %s: user '%s' authenticated and granted access to vhost '%s'",
+            self._log_name(),
+            printable(self.user.name),
+            printable(vhost.name),
+        )
         self.broker.registry.hooks.lavin_connection_opened(connection=self)
 
     # ---- permissions ---------------------------------------------------------------------
@@ -556,8 +581,35 @@ class Connection(asyncio.Protocol):
         self.send(codec.channel_open_ok_frame(channel_id))
 
     def channel_closed(self, channel: Channel) -> None:
-        self.channels.pop(channel.id, None)
+        if self.channels.pop(channel.id, None) is not None:
+            self.broker.stats.channel_closed(channel.vhost.name, channel.message_counts())
         self.dirty_channels.discard(channel)
+
+    def snapshot(self) -> ConnectionSnapshot:
+        """What it is now, for the statistics and the management API."""
+        # A closed transport may no longer know its addresses: such a connection is not listed.
+        transport = self.transport if self.state != CLOSED else None
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        local = transport.get_extra_info("sockname") if transport is not None else None
+        return ConnectionSnapshot(
+            self,
+            self.peer_host,
+            int(peer[1]) if peer else 0,
+            str(local[0]) if local else "",
+            int(local[1]) if local else 0,
+            self.vhost.name if self.vhost is not None and self.state != CLOSED else None,
+            self.user.name if self.user is not None else None,
+            "running" if self.state == OPEN else "closing",
+            self.client_properties,
+            self.auth_mechanism,
+            self.connected_at,
+            self.heartbeat,
+            self.frame_max,
+            self.channel_max,
+            self.recv_oct,
+            self.send_oct,
+            [channel.snapshot() for channel in self.channels.values()],
+        )
 
     # ---- writing -------------------------------------------------------------------------
 
@@ -575,6 +627,7 @@ class Connection(asyncio.Protocol):
         data = b"".join(self._out)
         self._out.clear()
         if self.transport is not None and not self.transport.is_closing():
+            self.send_oct += len(data)
             self.transport.write(data)
             self._sent_since_tick = True
 
@@ -633,7 +686,7 @@ class Connection(asyncio.Protocol):
             return
         if self.state == AWAIT_START_OK or self.state == AWAIT_HEADER:
             log.warning("closing connection from %s during handshake: %s", self.peer, printable(exc.reply_text))
-        else:
+        elif self.vhost is None:  # an opened connection logs why when it is gone
             log.info("closing connection %s: %s", self.peer, printable(exc.reply_text))
         self.close(exc.reply_code, exc.reply_text, exc.class_id, exc.method_id)
 
@@ -641,6 +694,7 @@ class Connection(asyncio.Protocol):
         if self.state in (CLOSING, CLOSED):
             return
         self.state = CLOSING
+        self.close_reason = reply_text
         self._release_channels()
         self.alarms.release(self)
         self._stop_awaiting_authorization()
@@ -662,6 +716,8 @@ class Connection(asyncio.Protocol):
         """Answer the client's connection.close and wait for it to close the socket, as
         RabbitMQ does: closing first would make the kernel answer frames still in flight
         with a reset, which the client may see before close-ok."""
+        if self.close_reason is None:
+            self.close_reason = ""
         self._release_channels()
         if self.vhost is not None:  # exclusive queues go at close, not when the socket does
             self.vhost.connection_closed(self)
@@ -678,9 +734,38 @@ class Connection(asyncio.Protocol):
             self.transport.close()
         self.state = CLOSED
 
+    def _log_closed(self) -> None:
+        """RabbitMQ's line for an opened connection that is gone: who, where, how long,
+        and why unless the client closed it."""
+        assert self.user is not None and self.vhost is not None
+        head = "closing AMQP connection (%s, vhost: '%s', user: '%s', duration: '%s')"
+        args = (
+            self._log_name(),
+            printable(self.vhost.name),
+            printable(self.user.name),
+            _duration(int(time.time() * 1000) - self.connected_at),
+        )
+        if self.close_reason == "":
+            log.info(head, *args)
+        elif self.close_reason is None:
+            log.warning(head + ": client unexpectedly closed TCP connection", *args)
+        else:
+            log.warning(head + ": %s", *args, printable(self.close_reason))
+
+    def _client_name(self) -> str:
+        """The `connection_name` the client gave in its client properties, if any."""
+        name = self.client_properties.get("connection_name")
+        return printable(str(name)) if name else ""
+
+    def _log_name(self) -> str:
+        """The connection's name in the log: RabbitMQ's, then the client's name for it."""
+        client_name = self._client_name()
+        return f"{self.name} - {client_name}" if client_name else self.name
+
     def _release_channels(self) -> None:
         for channel in list(self.channels.values()):
             channel.release()
+            self.broker.stats.channel_closed(channel.vhost.name, channel.message_counts())
         self.channels.clear()
         self.dirty_channels.clear()
 
@@ -708,7 +793,9 @@ class Connection(asyncio.Protocol):
         else:
             self._missed_heartbeats += 1
             if self._missed_heartbeats >= 4:  # ticks are half an interval: two intervals of silence
-                log.warning("missed heartbeats from client %s, timeout: %ss", self.peer, self.heartbeat)
+                self.close_reason = f"missed heartbeats from client, timeout: {self.heartbeat}s"
+                if self.vhost is None:  # an opened connection logs it when it is gone
+                    log.warning("connection %s: %s", self.name, self.close_reason)
                 self.abort()
                 return
         self._received_since_tick = False
@@ -719,6 +806,19 @@ class Connection(asyncio.Protocol):
             self._flush()
         self._sent_since_tick = False
         self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+
+
+def _duration(milliseconds: int) -> str:
+    """How long a connection lasted, as RabbitMQ writes it: 850ms, 42s, 3M, 2s, 1H, 0M, 5s..."""
+    if milliseconds < 1000:
+        return f"{max(milliseconds, 0)}ms"
+    minutes, seconds = divmod(milliseconds // 1000, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    parts = [(days, "D"), (hours, "H"), (minutes, "M"), (seconds, "s")]
+    while parts[0][0] == 0:  # leading zero units are left out; seconds always stay
+        parts.pop(0)
+    return ", ".join(f"{value}{unit}" for value, unit in parts)
 
 
 def _negotiate(field: str, client_value: int, minimum: int, server_value: int) -> int:

@@ -47,3 +47,8 @@ class ChannelConsumer(Consumer):
 
     def shares_credit(self) -> bool:
         return bool(self.channel.global_prefetch)
+
+    def is_active(self) -> bool:
+        """Whether it gets deliveries: not a single active consumer's waiting successor."""
+        consumers = self.queue.consumers
+        return not self.queue.settings.single_active_consumer or (bool(consumers) and consumers[0] is self)

@@ -192,6 +192,11 @@ class StreamType(MessageStore):
         """Drop what the retention limits no longer allow. The core calls this once a
         minute, so that an age limit applies to an idle stream too."""
 
+    def apply_retention_policy(self, policy: Retention) -> None:
+        """A policy's `max-length-bytes` and `max-age` (None: the policy sets none), which win
+        over the declare arguments, as in RabbitMQ; an empty Retention removes the policy's
+        effect. Apply it now. By default a store keeps the retention it was created with."""
+
 
 class StorageToolkit(Protocol):
     """The core's storage engines, handed to `MessageStore.create`."""

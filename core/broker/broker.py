@@ -14,7 +14,9 @@ from lavin.api.printable import printable
 from lavin.broker.access_control import AccessControl
 from lavin.broker.alarms import ResourceAlarms
 from lavin.broker.direct_reply import ReplyRegistry
+from lavin.broker.global_parameters import GlobalParameters
 from lavin.broker.group_commit import GroupCommit, SyncWaiter
+from lavin.broker.stats import MessageStats
 from lavin.broker.vhost import VHost
 from lavin.config import Config, StartupError
 from lavin.plugin_registry import Registry
@@ -49,6 +51,9 @@ class Broker(AuthContext):
         self.group_commit = GroupCommit(self.loop)
         self.replies = ReplyRegistry()
         self.alarms = ResourceAlarms(config)
+        self.stats = MessageStats(self, config.collect_statistics_interval / 1000)
+        # (protocol, address, port) of each listener, for the management API: set by the server.
+        self.listeners: list[tuple[str, str, int]] = []
         self.storage = SegmentStorage(config.segment_size)
         self.auth_backends: list[AuthBackend] = []
         for name in config.auth_backends:
@@ -57,6 +62,7 @@ class Broker(AuthContext):
                 raise ValueError(f"unknown auth backend '{name}'")
             self.auth_backends.append(backend_class())
         self.access = AccessControl(self)
+        self.global_parameters = GlobalParameters(config.data_dir)
         self.access.add_listener(self._permissions_changed)
         self._auth_settings: Mapping[str, Any] = MappingProxyType(
             {
@@ -70,6 +76,7 @@ class Broker(AuthContext):
         self.loop = asyncio.get_running_loop()
         self.group_commit.loop = self.loop
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.global_parameters.load()
         self.access.load()
         for backend in self.auth_backends:
             try:
@@ -77,9 +84,11 @@ class Broker(AuthContext):
             except Exception as exc:
                 raise StartupError(f"auth backend '{backend.name}' refused its settings: {exc}") from exc
         self.alarms.start(self.loop)
+        self.stats.start(self.loop)
 
     async def shutdown(self) -> None:
         self.alarms.stop()
+        await self.stats.stop()
         for connection in list(self.connections):
             connection.close(320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'")
         deadline = self.loop.time() + SHUTDOWN_GRACE

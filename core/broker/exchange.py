@@ -54,6 +54,12 @@ class Exchange:
         self.arguments = arguments
         self.bound_from: set[Exchange] = set()  # exchanges with a binding to this one
         self.deleted = False  # once removed from its vhost (a channel may still hold it)
+        # A policy's alternate-exchange (lavin.broker.policies); the argument wins over it.
+        self.policy_alternate_exchange: str | None = None
+        # Message statistics (lavin.broker.stats): messages published to it, and copies it
+        # routed to queues (RabbitMQ's publish_in and publish_out).
+        self.published_in = 0
+        self.published_out = 0
         self.deduplication = MessageCache.from_arguments(arguments)
         self.delayed: DelayedMessages | None = None
         if table.delays_messages:
@@ -63,6 +69,9 @@ class Exchange:
 
     def __repr__(self) -> str:
         return f"<Exchange {self.name!r} {self.type_name}>"
+
+    def message_counts(self) -> dict[str, int]:
+        return {"publish_in": self.published_in, "publish_out": self.published_out}
 
     def has_bindings(self) -> bool:
         return self.table.is_bound()
@@ -134,7 +143,7 @@ class Exchange:
                 alternate._collect(routing_keys, message, targets, visited)
 
     def _alternate(self) -> Exchange | None:
-        name = self.arguments.get("alternate-exchange")
+        name = self.arguments.get("alternate-exchange", self.policy_alternate_exchange)
         return self.vhost.exchanges.get(name) if isinstance(name, str) else None
 
     def close(self) -> None:

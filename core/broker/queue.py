@@ -88,6 +88,15 @@ class Queue:
         self._drain_scheduled = False
         self._held_publishers: set[PublisherFlow] = set()
         self._deliveries = 0  # drained deliveries, so flow control can tell progress from a stall
+        self.unacked = 0  # deliveries that channels hold with an ack to come, basic.get's too
+        # Message statistics (lavin.broker.stats): only ever incremented.
+        self.published = 0
+        self.delivered = 0
+        self.delivered_no_ack = 0
+        self.got = 0
+        self.got_no_ack = 0
+        self.redelivered = 0
+        self.acked = 0
         self._flow_timer: asyncio.TimerHandle | None = None
         self._unused_timer: asyncio.TimerHandle | None = None
 
@@ -103,6 +112,18 @@ class Queue:
     @property
     def consumer_count(self) -> int:
         return len(self.consumers)
+
+    def message_counts(self) -> dict[str, int]:
+        """Its statistics counters under RabbitMQ's `message_stats` names."""
+        return {
+            "publish": self.published,
+            "deliver": self.delivered,
+            "deliver_no_ack": self.delivered_no_ack,
+            "get": self.got,
+            "get_no_ack": self.got_no_ack,
+            "redeliver": self.redelivered,
+            "ack": self.acked,
+        }
 
     def publish(self, message: Message) -> int:
         """Store a message and deliver it if a consumer can take it now: STORED, or-ed
@@ -192,6 +213,12 @@ class Queue:
         self._cancel_unused_timer()
         self._unused_timer = self.loop.call_later(expires / 1000, self._expire_unused)
 
+    def apply_settings(self, settings: QueueSettings) -> None:
+        """A policy changed what the queue acts on: the x-expires countdown starts again."""
+        self.settings = settings
+        self._cancel_unused_timer()
+        self.touch()
+
     def _cancel_unused_timer(self) -> None:
         if self._unused_timer is not None:
             self._unused_timer.cancel()
@@ -244,6 +271,24 @@ class MessageQueue(Queue):
     def message_count(self) -> int:
         return len(self.store)
 
+    def apply_settings(self, settings: QueueSettings) -> None:
+        """A policy changed the limits: enforce them now and re-arm the expiry timer."""
+        super().apply_settings(settings)
+        self._limited = settings.max_length is not None or settings.max_length_bytes is not None
+        self._may_expire = self._may_expire or settings.message_ttl is not None
+        counts = self._delivery_counts
+        if settings.delivery_limit is None and counts is not None:
+            counts.close()
+            self._delivery_counts = None
+        elif settings.delivery_limit is not None and counts is None:
+            self._delivery_counts = DeliveryCounts(self.store.path if self.store.durable else None, not len(self.store))
+        if self._limited and settings.overflow == "drop-head":
+            self._drop_head_over_limit()
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+        self._arm_expiry()
+
     # ---- publishing ----------------------------------------------------------------------
 
     def publish(self, message: Message) -> int:
@@ -253,6 +298,7 @@ class MessageQueue(Queue):
             if settings.overflow == "reject-publish-dlx":
                 dead_letter(self, message, "maxlen")
             return REJECTED
+        self.published += 1
         store = self.store
         consumer = self._next_consumer() if self.consumers and not len(store) else None
         if consumer is not None and consumer.no_ack:

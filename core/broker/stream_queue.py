@@ -93,6 +93,7 @@ class StreamQueue(Queue):
 
     def publish(self, message: Message) -> int:
         """Append; consumers see the message after the fsync that also confirms it."""
+        self.published += 1
         self.store.push(message)
         self._mark_dirty(self)
         if not self._commit_requested:

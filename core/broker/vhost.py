@@ -25,7 +25,9 @@ from lavin.broker.arguments import (
 from lavin.broker.default_exchange import DefaultExchangeTable
 from lavin.broker.exchange import Exchange, Target
 from lavin.broker.flow import PublisherFlow
+from lavin.broker.policies import VHostPolicies
 from lavin.broker.queue import BEHIND, STORED, MessageQueue, Queue, QueueDeclaration
+from lavin.broker.recovery_log import RecoveryLog
 from lavin.broker.stream_info import stream_info_reply
 from lavin.broker.stream_queue import StreamQueue, check_stream_declaration
 from lavin.storage import queue_directories
@@ -70,16 +72,10 @@ class VHost:
         self.connections: set[ClientConnection] = set()
         self.max_connections = -1
         self.max_queues = -1
-
-    # ---- start and stop ------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Create the built-in exchanges and recover durable definitions."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.data_dir / ".vhost").write_text(self.name, encoding="utf-8")
-        shutil.rmtree(self.transient_dir, ignore_errors=True)
-        # The default exchange exists for passive declares; routing to it is special-cased.
-        self.exchanges[""] = Exchange(
+        self.policies = VHostPolicies(self)
+        # The default exchange exists for passive declares and statistics; routing to it is
+        # special-cased.
+        self.default_exchange = Exchange(
             self,
             "",
             "direct",
@@ -89,6 +85,16 @@ class VHost:
             internal=False,
             arguments={},
         )
+
+    # ---- start and stop ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the built-in exchanges and recover durable definitions."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / ".vhost").write_text(self.name, encoding="utf-8")
+        shutil.rmtree(self.transient_dir, ignore_errors=True)
+        self.policies.load()  # before any queue or exchange, which it may apply to
+        self.exchanges[""] = self.default_exchange
         for name, type_name in DEFAULT_EXCHANGES:
             self._create_exchange(name, type_name, durable=True, auto_delete=False, internal=False, arguments={})
         self.definitions = DefinitionsStore(self.data_dir / "definitions.lavin")
@@ -107,6 +113,7 @@ class VHost:
                     arguments=dict(d.arguments),
                 ),
             )
+        recovery = RecoveryLog(self.name, len(saved.queues))
         for queue_def in saved.queues.values():
             self._recover(
                 "queue",
@@ -119,8 +126,10 @@ class VHost:
                     arguments=dict(d.arguments),
                 ),
             )
+            recovery.queue_recovered(self.queues.get(queue_def.name))
         for binding in saved.bindings:
             self._recover("binding", binding.source, lambda b=binding: self._recover_binding(b))
+        recovery.finished()
 
     def _recover(self, kind: str, name: str, create: Any) -> None:
         try:
@@ -248,6 +257,8 @@ class VHost:
             arguments=arguments,
         )
         self.exchanges[name] = exchange
+        if self.policies.applies_at_declare():
+            self.policies.apply_to_exchange(exchange)
         return exchange
 
     def check_exchange_deletable(self, name: str) -> None:
@@ -388,6 +399,8 @@ class VHost:
             log.error("queue type '%s' built a %s, which is not of its kind", type_name, type(store).__name__)
             raise errors.PreconditionFailed(f"queue type '{type_name}' failed to create queue '{name}'")
         self.queues[name] = queue
+        if self.policies.applies_at_declare():
+            self.policies.apply_to_queue(queue)
         return queue
 
     def delete_queue(self, queue: Queue) -> int:
@@ -506,8 +519,17 @@ class VHost:
         if exchange_name == "" and (len(message.properties) < 2 or not message.properties[0] & 0x20):
             # The common case, without headers and so without CC or BCC, skips the walk.
             queue = self.queues.get(message.routing_key)
-            return (queue,) if queue is not None else ()
-        return self.publishable_exchange(exchange_name).publish_targets(message)
+            default = self.default_exchange
+            default.published_in += 1
+            if queue is None:
+                return ()
+            default.published_out += 1
+            return (queue,)
+        exchange = self.publishable_exchange(exchange_name)
+        targets = exchange.publish_targets(message)
+        exchange.published_in += 1
+        exchange.published_out += len(targets)
+        return targets
 
     def publishable_exchange(self, name: str) -> Exchange:
         """The exchange a client may publish to; 404 when missing, 403 when internal."""

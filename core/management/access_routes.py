@@ -22,6 +22,7 @@ from lavin.management.http import (
     reply,
 )
 from lavin.management.listing import list_reply
+from lavin.management.message_stats import vhost_message_stats
 from lavin.management.requester import requester
 
 # The peer a login check is made as: `lavin ctl` runs on this machine.
@@ -89,14 +90,29 @@ async def user_topic_permissions(request: web.Request) -> web.Response:
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
     visible = await requester(request).visible_vhosts(sorted(access_of(request).vhosts()))
-    return list_reply(request, [shapes.vhost_json(name) for name in visible])
+    return list_reply(request, [_vhost_with_counts(request, name) for name in visible])
 
 
 @routes.get("/api/vhosts/{vhost}")
 async def get_vhost(request: web.Request) -> web.Response:
     name = known_vhost(access_of(request), request.match_info["vhost"])
     await requester(request).require_vhost(name)
-    return reply(shapes.vhost_json(name))
+    return reply(_vhost_with_counts(request, name))
+
+
+def _vhost_with_counts(request: web.Request, name: str) -> dict[str, Any]:
+    """A vhost's JSON with its message counts and statistics, as RabbitMQ lists it."""
+    broker = request.app[BROKER]
+    queues = broker.vhosts[name].queues.values()
+    ready = sum(queue.message_count for queue in queues)
+    unacked = sum(queue.unacked for queue in queues)
+    return {
+        **shapes.vhost_json(name),
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+        "message_stats": vhost_message_stats(broker.stats, name),
+    }
 
 
 @routes.put("/api/vhosts/{vhost}")
@@ -106,7 +122,9 @@ async def put_vhost(request: web.Request) -> web.Response:
     access, name = access_of(request), request.match_info["vhost"]
     if name in access.vhosts():
         return done()
-    access.add_vhost(name)
+    # The user who creates a vhost gets full permissions on it, when it is one of ours.
+    creator = requester(request).name
+    access.add_vhost(name, creator if access.user(creator) is not None else None)
     return done(created=True)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from aiohttp import web
 from lavin.broker.broker import Broker
-from lavin.management import access_routes
+from lavin.management import access_routes, metrics_routes, object_routes, policy_routes, runtime_routes, ui_routes
 from lavin.management.http import BROKER, MAX_BODY_SIZE, json_errors
 from lavin.management.requester import authenticate_requests, trust_requests
 
@@ -18,4 +18,9 @@ def build_app(broker: Broker, *, trusted: bool) -> web.Application:
     app = web.Application(middlewares=[json_errors, identify], client_max_size=MAX_BODY_SIZE)
     app[BROKER] = broker
     app.add_routes(access_routes.routes)
+    app.add_routes(runtime_routes.routes)
+    app.add_routes(policy_routes.routes)
+    app.add_routes(object_routes.routes)
+    app.add_routes(ui_routes.routes)
+    app.add_routes(metrics_routes.routes)
     return app

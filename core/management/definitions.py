@@ -1,10 +1,12 @@
 """Definition documents in RabbitMQ's JSON: users, vhosts, permissions, topic permissions,
-vhost limits, exchanges, queues and bindings.
+vhost limits, runtime and global parameters, policies, exchanges, queues and bindings.
 
-An import is additive, as RabbitMQ's: it creates what is missing and updates users and
-permissions, and leaves an exchange or queue that exists as it is. Sections Lavin has no
-use for (policies, global parameters, other runtime parameters) are skipped and said so in
-the log. Each object that fails is named in the report; the others are still imported.
+An import is additive, as RabbitMQ's: it creates what is missing and updates users,
+permissions, parameters and policies, and leaves an exchange or queue that exists as it
+is. Runtime parameters of components Lavin does not know are skipped and said so in the
+log. Policies and parameters are checked before anything is imported: one that is invalid
+refuses the whole document, naming it. Each other object that fails is named in the
+report; the others are still imported.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from lavin.api import errors
 from lavin.api.exchange import Destination
 from lavin.api.printable import printable
 from lavin.broker.access_control import AccessControlError
+from lavin.broker.policies import PARAMETER_COMPONENTS, check_parameter
+from lavin.broker.policy_rules import PolicyError, parse_policy
 from lavin.broker.vhost import VHost
 from lavin.config import StartupError
 from lavin.management import shapes
@@ -33,7 +37,22 @@ log = logging.getLogger(__name__)
 # Runtime parameters of this component hold vhost limits (RabbitMQ 3.x exports them so).
 VHOST_LIMITS_COMPONENT = "vhost-limits"
 # Sections in the order RabbitMQ applies them: what a later one names exists by then.
-SECTIONS = ("users", "vhosts", "permissions", "parameters", "exchanges", "topic_permissions", "queues", "bindings")
+# Policies come before queues and exchanges, which get them when they are declared.
+SECTIONS = (
+    "users",
+    "vhosts",
+    "permissions",
+    "parameters",
+    "global_parameters",
+    "policies",
+    "exchanges",
+    "topic_permissions",
+    "queues",
+    "bindings",
+)
+# What a per-vhost document (`/api/definitions/{vhost}`) holds.
+VHOST_SECTIONS = ("parameters", "policies", "queues", "exchanges", "bindings")
+SINGULAR = {"policies": "policy", "global_parameters": "global parameter"}
 
 
 class DefinitionsError(ValueError):
@@ -83,6 +102,7 @@ def import_definitions(broker: Broker, document: Any) -> ImportReport:
     """Apply a definitions document; DefinitionsError (before any change) unless its
     sections are lists of objects."""
     sections = _sections(document)
+    _check_policies_and_parameters(broker, sections)
     importer = _Importer(broker)
     report = ImportReport()
     for section in SECTIONS:
@@ -90,9 +110,9 @@ def import_definitions(broker: Broker, document: Any) -> ImportReport:
         for item in sections.get(section, []):
             try:
                 report.count(apply(item), section)
-            except (shapes.BadRequest, AccessControlError, errors.AMQPError) as exc:
+            except (shapes.BadRequest, AccessControlError, PolicyError, errors.AMQPError) as exc:
                 reason = exc.text if isinstance(exc, errors.AMQPError) else str(exc)
-                report.failures.append(f"{section[:-1].replace('_', ' ')} {_label(item)}: {reason}")
+                report.failures.append(f"{_singular(section)} {_label(item)}: {reason}")
     for section, items in sections.items():
         if section not in SECTIONS and items:
             report.count("unsupported", section, len(items))
@@ -119,6 +139,43 @@ def _sections(document: Any) -> dict[str, list[Any]]:
     return sections
 
 
+def _singular(section: str) -> str:
+    return SINGULAR.get(section, section[:-1].replace("_", " "))
+
+
+def _check_policies_and_parameters(broker: Broker, sections: Mapping[str, list[Any]]) -> None:
+    """DefinitionsError naming the first policy or parameter that cannot be imported, before
+    anything is: a half-applied set of policies would leave queues limited by some."""
+    vhosts = set(broker.vhosts) | {item.get("name") for item in sections.get("vhosts", [])}
+
+    def refuse(section: str, item: Mapping[str, Any], reason: str) -> DefinitionsError:
+        return DefinitionsError(f"{_singular(section)} {_label(item)}: {reason}")
+
+    for item in sections.get("policies", []):
+        name, vhost = item.get("name"), item.get("vhost")
+        if not isinstance(name, str) or not isinstance(vhost, str):
+            raise refuse("policies", item, "a policy needs a name and a vhost")
+        if vhost not in vhosts:
+            raise refuse("policies", item, f"vhost '{vhost}' does not exist")
+        try:
+            parse_policy(vhost, name, item, operator=False)
+        except PolicyError as exc:
+            raise refuse("policies", item, str(exc).strip()) from None
+    for item in sections.get("parameters", []):
+        component = item.get("component")
+        if component not in PARAMETER_COMPONENTS:
+            continue
+        if not isinstance(item.get("name"), str) or item.get("vhost") not in vhosts:
+            raise refuse("parameters", item, "a parameter needs a name and an existing vhost")
+        try:
+            check_parameter(component, item.get("value"))
+        except PolicyError as exc:
+            raise refuse("parameters", item, str(exc).strip()) from None
+    for item in sections.get("global_parameters", []):
+        if not isinstance(item.get("name"), str) or "value" not in item:
+            raise refuse("global_parameters", item, "a global parameter needs a name and a value")
+
+
 def _label(item: Mapping[str, Any]) -> str:
     name = item.get("name", item.get("user", item.get("source", "?")))
     vhost = item.get("vhost")
@@ -136,6 +193,8 @@ class _Importer:
             "vhosts": self.vhost,
             "permissions": self.permission,
             "parameters": self.parameter,
+            "global_parameters": self.global_parameter,
+            "policies": self.policy,
             "exchanges": self.exchange,
             "topic_permissions": self.topic_permission,
             "queues": self.queue,
@@ -175,12 +234,25 @@ class _Importer:
         return "imported"
 
     def parameter(self, item: dict[str, Any]) -> Outcome:
-        if item.get("component") != VHOST_LIMITS_COMPONENT:
+        component = item.get("component")
+        if component in PARAMETER_COMPONENTS:
+            self._vhost(item).policies.set_parameter(component, item["name"], item.get("value"))
+            return "imported"
+        if component != VHOST_LIMITS_COMPONENT:
             return "unsupported"
         vhost, value = shapes.required(item, "vhost", "value")
         if not isinstance(value, dict):
             raise shapes.BadRequest("vhost limits must be an object")
         self.access.set_vhost_limits(shapes.text(vhost, "vhost"), value)
+        return "imported"
+
+    def global_parameter(self, item: dict[str, Any]) -> Outcome:
+        self.broker.global_parameters.set(item["name"], item["value"])
+        return "imported"
+
+    def policy(self, item: dict[str, Any]) -> Outcome:
+        """Set as RabbitMQ sets it: a policy of that name is replaced."""
+        self._vhost(item).policies.set_policy(item["name"], item, operator=False)
         return "imported"
 
     def exchange(self, item: dict[str, Any]) -> Outcome:
@@ -275,13 +347,9 @@ def export_definitions(broker: Broker) -> dict[str, Any]:
                 access.topic_permissions(), key=lambda entry: (entry[1], entry[0], entry[2])
             )
         ],
-        "parameters": [
-            {"vhost": name, "component": VHOST_LIMITS_COMPONENT, "name": "limits", "value": limits}
-            for name in vhost_names
-            if (limits := access.vhost_limits(name))
-        ],
-        "global_parameters": [],
-        "policies": [],
+        "parameters": [item for vhost in vhosts for item in parameters_json(broker, vhost)],
+        "global_parameters": broker.global_parameters.to_json(),
+        "policies": [policy.to_json() for vhost in vhosts for policy in vhost.policies.policies.values()],
         "queues": [
             {
                 "name": queue.name,
@@ -323,3 +391,39 @@ def export_definitions(broker: Broker) -> dict[str, Any]:
             for binding in exchange.table.bindings()
         ],
     }
+
+
+def parameters_json(broker: Broker, vhost: VHost) -> list[dict[str, Any]]:
+    """A vhost's runtime parameters as RabbitMQ lists them: its limits (component
+    `vhost-limits`) and the parameters stored for plugins."""
+    policies = vhost.policies
+    items = [
+        policies.parameter_json(component, name, value) for (component, name), value in policies.parameters.items()
+    ]
+    limits = broker.access.vhost_limits(vhost.name)
+    if limits:
+        items.insert(0, policies.parameter_json(VHOST_LIMITS_COMPONENT, "limits", limits))
+    return items
+
+
+def export_vhost_definitions(broker: Broker, vhost: VHost) -> dict[str, Any]:
+    """RabbitMQ's per-vhost document: parameters and policies, and the vhost's queues,
+    exchanges and bindings without their `vhost` key."""
+    everything = export_definitions(broker)
+    document: dict[str, Any] = {"rabbit_version": __version__}
+    for section in VHOST_SECTIONS:
+        kept = [item for item in everything[section] if item.get("vhost") == vhost.name]
+        if section in ("queues", "exchanges", "bindings"):
+            kept = [{key: value for key, value in item.items() if key != "vhost"} for item in kept]
+        document[section] = kept
+    return document
+
+
+def import_vhost_definitions(broker: Broker, vhost: VHost, document: Any) -> ImportReport:
+    """A per-vhost document: its parameters, policies, queues, exchanges and bindings, all
+    into `vhost` (whatever vhost they name); the other sections are left aside."""
+    sections = _sections(document)
+    scoped = {
+        section: [{**item, "vhost": vhost.name} for item in sections.get(section, [])] for section in VHOST_SECTIONS
+    }
+    return import_definitions(broker, scoped)

@@ -148,6 +148,7 @@ class StreamStore(StreamType):
         self.durable = True
         self.segment_size = segment_size or DEFAULT_SEGMENT_SIZE
         self.retention = retention
+        self._declared_retention = retention  # from the declare arguments, before any policy
         self._segments: list[_Segment] = []  # ascending ids and offsets
         self._sealed: deque[_Segment] = deque()  # rolled over, index not saved yet
         self._write_buffer = bytearray()
@@ -224,6 +225,15 @@ class StreamStore(StreamType):
             segment = sealed.popleft()
             if segment.id >= self._segments[0].id:  # else retention deleted it
                 save_index(index_path(self.path, segment.id), segment.index)
+        self.enforce_retention()
+
+    def apply_retention_policy(self, policy: Retention) -> None:
+        declared = self._declared_retention
+        self.retention = Retention(
+            max_length=declared.max_length,
+            max_bytes=declared.max_bytes if policy.max_bytes is None else policy.max_bytes,
+            max_age_ms=declared.max_age_ms if policy.max_age_ms is None else policy.max_age_ms,
+        )
         self.enforce_retention()
 
     def enforce_retention(self) -> None:

@@ -1,231 +1,14 @@
-"""`lavin ctl`: rabbitmqctl's user, vhost, permission, limit and definitions commands,
-sent to a running broker over its control socket.
-
-The socket speaks the management API's HTTP; only the broker's own user (and root) can
-open it, so no password is asked. Output and exit codes follow rabbitmqctl's: a line
-saying what is done, tab-separated tables with a header, the reason on stderr and a
-sysexits code when something fails.
-"""
+"""`lavin ctl` for users, vhosts, permissions, topic permissions, vhost limits and definitions."""
 
 from __future__ import annotations
 
-import http.client
 import json
-import socket
 import sys
-from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
 
 import click
-from click.core import ParameterSource
-from click.decorators import FC
-from lavin.config import StartupError, resolve_config
-
-# sysexits.h, as rabbitmqctl uses them.
-EX_DATAERR = 65
-EX_NOUSER = 67
-EX_UNAVAILABLE = 69
-EX_SOFTWARE = 70
-EX_NOPERM = 77
-EX_CONFIG = 78
-TIMEOUT = 60.0
-
-
-class CtlError(click.ClickException):
-    """A failed command: rabbitmqctl's `Error:` and the reason on stderr, and its exit code."""
-
-    exit_code = EX_DATAERR
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"Error:\n{self.format_message()}", err=True)
-
-
-class BrokerUnavailable(CtlError):
-    exit_code = EX_UNAVAILABLE
-
-
-class NoPermission(CtlError):
-    exit_code = EX_NOPERM
-
-
-class BrokerFailed(CtlError):
-    """The broker could not do it, or the object exists already."""
-
-    exit_code = EX_SOFTWARE
-
-
-class BadConfig(CtlError):
-    exit_code = EX_CONFIG
-
-
-class NoSuchUser(CtlError):
-    exit_code = EX_NOUSER
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f'User "{name}" does not exist')
-
-
-class NoSuchVHost(CtlError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f'Virtual host "{name}" does not exist')
-
-
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, socket_path: Path) -> None:
-        super().__init__("localhost", timeout=TIMEOUT)
-        self.socket_path = socket_path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # closed by close(), also on failure
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(str(self.socket_path))
-
-
-class Response:
-    def __init__(self, status: int, body: bytes) -> None:
-        self.status = status
-        self.body = body
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status < 300
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-    @property
-    def reason(self) -> str:
-        try:
-            return str(self.json().get("reason", self.body.decode(errors="replace")))
-        except (ValueError, AttributeError):
-            return self.body.decode(errors="replace") or f"HTTP {self.status}"
-
-
-class ControlClient:
-    """Requests to the broker's management API over its control socket."""
-
-    def __init__(self, socket_path: Path) -> None:
-        self.socket_path = socket_path
-
-    def request(self, method: str, path: str, body: Any = None, raw_body: bytes | None = None) -> Response:
-        connection = _UnixHTTPConnection(self.socket_path)
-        payload = raw_body if raw_body is not None else None if body is None else json.dumps(body).encode()
-        try:
-            connection.request(method, path, body=payload, headers={"Content-Type": "application/json"})
-            response = connection.getresponse()
-            return Response(response.status, response.read())
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise BrokerUnavailable(
-                f"unable to connect to the broker at {self.socket_path}: no broker listens there. "
-                "Is it running, and is this its data dir (--data-dir) or socket (--socket)?"
-            ) from None
-        except PermissionError:
-            raise NoPermission(f"no permission to open {self.socket_path}: run as the broker's user or root") from None
-        except OSError as exc:
-            raise BrokerUnavailable(f"lost the broker at {self.socket_path}: {exc}") from None
-        finally:
-            connection.close()
-
-    def get(self, path: str) -> Response:
-        return self.request("GET", path)
-
-    def expect(self, response: Response, not_found: CtlError | None = None) -> Response:
-        """The response when it succeeded; `not_found` for a 404; CtlError with the reason otherwise."""
-        if response.ok:
-            return response
-        if response.status == 404 and not_found is not None:
-            raise not_found
-        raise (CtlError if response.status < 500 else BrokerFailed)(response.reason)
-
-
-def path(*parts: str) -> str:
-    return "/api/" + "/".join(quote(part, safe="") for part in parts)
-
-
-class Session:
-    """What every `lavin ctl` command needs: the client and whether to be quiet."""
-
-    def __init__(self, socket_path: Path, quiet: bool) -> None:
-        self.client = ControlClient(socket_path)
-        self.quiet = quiet
-
-    def info(self, line: str) -> None:
-        if not self.quiet:
-            click.echo(line)
-
-    def user(self, name: str) -> dict[str, Any]:
-        response = self.client.expect(self.client.get(path("users", name)), NoSuchUser(name))
-        user: dict[str, Any] = response.json()
-        return user
-
-    def check_vhost(self, name: str) -> None:
-        self.client.expect(self.client.get(path("vhosts", name)), NoSuchVHost(name))
-
-    def check_user_and_vhost(self, user: str, vhost: str) -> None:
-        """The error RabbitMQ names the missing one in, rather than the API's vhost_or_user_not_found."""
-        self.user(user)
-        self.check_vhost(vhost)
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
-    click.echo("\t".join(header))
-    for row in rows:
-        click.echo("\t".join(row))
-
-
-def socket_path_of(ctx: click.Context, socket_option: Path | None, data_dir: Path | None, config: Path | None) -> Path:
-    """--socket; else the config's `control_unix_path`; else `<data dir>/control.sock`,
-    the data dir taken as `lavin serve` takes it (flag or LAVIN_DATA_DIR, config file)."""
-    if socket_option is not None:
-        return socket_option
-    explicit_sources = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-    explicit = {"data_dir": data_dir} if ctx.get_parameter_source("data_dir") in explicit_sources else {}
-    try:
-        return resolve_config(explicit, config).control_socket_path
-    except StartupError as exc:
-        raise BadConfig(str(exc)) from None
-
-
-vhost_option = click.option("-p", "--vhost", default="/", show_default=True, help="The vhost.")
-
-
-def config_file_option(help_text: str) -> Callable[[FC], FC]:
-    """`--config FILE` (env LAVIN_CONFIG): the broker's INI file, for `lavin serve` and `lavin ctl`."""
-    return click.option(
-        "--config",
-        "config_file",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        envvar="LAVIN_CONFIG",
-        show_envvar=True,
-        help=help_text,
-    )
-
-
-@click.group(name="ctl")
-@click.option(
-    "--socket",
-    "socket_option",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The broker's control socket; by default `control_unix_path` of the config, or <data dir>/control.sock.",
-)
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="LAVIN_DATA_DIR",
-    show_envvar=True,
-    help="The broker's data dir, where its control socket is.",
-)
-@config_file_option("The broker's config file, to find its data dir or control socket.")
-@click.option("-q", "--quiet", is_flag=True, help="Print results only, not what is being done.")
-@click.pass_context
-def ctl(
-    ctx: click.Context, socket_option: Path | None, data_dir: Path | None, config_file: Path | None, quiet: bool
-) -> None:
-    """Manage users, vhosts, permissions, limits and definitions of a running broker, as rabbitmqctl does."""
-    ctx.obj = Session(socket_path_of(ctx, socket_option, data_dir, config_file), quiet)
-
+from lavin.ctl.client import BrokerFailed, CtlError, NoSuchUser, NoSuchVHost, Session, json_object, path
+from lavin.ctl.group import ctl, table_options, vhost_option
 
 # ---- users -------------------------------------------------------------------------------
 
@@ -287,12 +70,13 @@ def set_user_tags(s: Session, name: str, tags: tuple[str, ...]) -> None:
 
 
 @ctl.command("list_users")
+@table_options
 @click.pass_obj
 def list_users(s: Session) -> None:
     """List users and their tags."""
     s.info("Listing users ...")
     users = s.client.expect(s.client.get(path("users"))).json()
-    table(("user", "tags"), ((user["name"], "[" + ", ".join(user["tags"]) + "]") for user in users))
+    s.show(("user", "tags"), ({"user": user["name"], "tags": user["tags"]} for user in users))
 
 
 @ctl.command("authenticate_user")
@@ -331,11 +115,12 @@ def delete_vhost(s: Session, name: str) -> None:
 
 
 @ctl.command("list_vhosts")
+@table_options
 @click.pass_obj
 def list_vhosts(s: Session) -> None:
     """List vhosts."""
     s.info("Listing vhosts ...")
-    table(("name",), ((vhost["name"],) for vhost in s.client.expect(s.client.get(path("vhosts"))).json()))
+    s.show(("name",), s.client.expect(s.client.get(path("vhosts"))).json())
 
 
 # ---- permissions -------------------------------------------------------------------------
@@ -371,15 +156,13 @@ def clear_permissions(s: Session, vhost: str, user: str) -> None:
 
 @ctl.command("list_permissions")
 @vhost_option
+@table_options
 @click.pass_obj
 def list_permissions(s: Session, vhost: str) -> None:
     """List the users' permissions on a vhost."""
     s.info(f'Listing permissions for vhost "{vhost}" ...')
     response = s.client.expect(s.client.get(path("vhosts", vhost, "permissions")), NoSuchVHost(vhost))
-    table(
-        ("user", "configure", "write", "read"),
-        ((entry["user"], entry["configure"], entry["write"], entry["read"]) for entry in response.json()),
-    )
+    s.show(("user", "configure", "write", "read"), response.json())
 
 
 @ctl.command("set_topic_permissions")
@@ -415,15 +198,13 @@ def clear_topic_permissions(s: Session, vhost: str, user: str, exchange: str | N
 
 @ctl.command("list_topic_permissions")
 @vhost_option
+@table_options
 @click.pass_obj
 def list_topic_permissions(s: Session, vhost: str) -> None:
     """List the users' topic permissions on a vhost."""
     s.info(f'Listing topic permissions for vhost "{vhost}" ...')
     response = s.client.expect(s.client.get(path("vhosts", vhost, "topic-permissions")), NoSuchVHost(vhost))
-    table(
-        ("user", "exchange", "write", "read"),
-        ((entry["user"], entry["exchange"], entry["write"], entry["read"]) for entry in response.json()),
-    )
+    s.show(("user", "exchange", "write", "read"), response.json())
 
 
 # ---- vhost limits ------------------------------------------------------------------------
@@ -436,12 +217,7 @@ def list_topic_permissions(s: Session, vhost: str) -> None:
 def set_vhost_limits(s: Session, vhost: str, definition: str) -> None:
     """Replace a vhost's limits with a JSON object: '{"max-connections": 100, "max-queues": 10}'."""
     s.info(f'Setting vhost limits to "{definition}" for vhost "{vhost}" ...')
-    try:
-        limits = json.loads(definition)
-    except ValueError:
-        limits = None
-    if not isinstance(limits, dict):
-        raise CtlError(f"the limits must be a JSON object, such as '{{\"max-connections\": 10}}', not {definition}")
+    limits = json_object(definition, "the limits", '{"max-connections": 10}')
     current = _limits(s, vhost)
     for name, value in limits.items():
         s.client.expect(s.client.request("PUT", path("vhost-limits", vhost, name), {"value": value}))
@@ -462,6 +238,7 @@ def clear_vhost_limits(s: Session, vhost: str) -> None:
 @ctl.command("list_vhost_limits")
 @vhost_option
 @click.option("--global", "all_vhosts", is_flag=True, help="Every vhost's limits, as a table.")
+@table_options
 @click.pass_obj
 def list_vhost_limits(s: Session, vhost: str, all_vhosts: bool) -> None:
     """Show a vhost's limits as JSON."""
@@ -471,9 +248,7 @@ def list_vhost_limits(s: Session, vhost: str, all_vhosts: bool) -> None:
         return
     s.info("Listing limits for all vhosts ...")
     entries = s.client.expect(s.client.get(path("vhost-limits"))).json()
-    table(
-        ("vhost", "limits"), ((entry["vhost"], json.dumps(entry["value"], separators=(",", ":"))) for entry in entries)
-    )
+    s.show(("vhost", "limits"), ({"vhost": entry["vhost"], "limits": entry["value"]} for entry in entries))
 
 
 def _limits(s: Session, vhost: str) -> dict[str, int]:

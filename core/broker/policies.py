@@ -1,0 +1,246 @@
+"""A vhost's policies, operator policies and runtime parameters: stored in its
+`policies.json`, applied to its queues and exchanges when they are declared and again,
+live, whenever a policy changes. The rules are in lavin.broker.policy_rules.
+
+Applying costs nothing per message: a queue's `settings` are replaced whole, and the
+queue re-arms its timers and limits once (`Queue.apply_settings`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from lavin.api.arguments import parse_duration
+from lavin.api.printable import printable
+from lavin.api.queue import Retention
+from lavin.broker.arguments import queue_type_name
+from lavin.broker.policy_rules import Policy, PolicyError, effective_definition, highest, parse_policy, queue_settings
+from lavin.broker.queue import MessageQueue, Queue
+from lavin.broker.stream_queue import StreamQueue
+from lavin.storage.policy_files import POLICIES_FILE, PolicyFileError, read_json_file, write_json_file
+
+if TYPE_CHECKING:
+    from lavin.broker.exchange import Exchange
+    from lavin.broker.vhost import VHost
+
+log = logging.getLogger(__name__)
+
+# Runtime parameter components Lavin stores for plugins; their values are JSON objects
+# (a federation upstream set is a list of them).
+PARAMETER_COMPONENTS: Final = ("shovel", "federation-upstream", "federation-upstream-set")
+
+
+def check_parameter(component: str, value: Any) -> None:
+    """PolicyError with RabbitMQ's text unless `component` is known and `value` fits it."""
+    if component not in PARAMETER_COMPONENTS:
+        raise PolicyError(f"Validation failed\n\ncomponent {component} not found\n")
+    if component == "federation-upstream-set":
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            raise PolicyError(f"Validation failed\n\n{component} value must be a list of objects\n")
+    elif not isinstance(value, dict):
+        raise PolicyError(f"Validation failed\n\n{component} value must be an object\n")
+
+
+class VHostPolicies:
+    """`vhost.policies`: what the policy endpoints and definitions read and change."""
+
+    def __init__(self, vhost: VHost) -> None:
+        self.vhost = vhost
+        self.policies: dict[str, Policy] = {}
+        self.operator_policies: dict[str, Policy] = {}
+        self.parameters: dict[tuple[str, str], Any] = {}  # (component, name) -> value
+
+    @property
+    def _path(self) -> Path:
+        return self.vhost.data_dir / POLICIES_FILE
+
+    # ---- start-up and persistence ----------------------------------------------------------
+
+    def load(self) -> None:
+        """Read policies.json; a file that cannot be read or holds something invalid stops
+        start-up, naming the file (a silent reset would change every queue it limits)."""
+        path = self._path
+        document = read_json_file(path)
+        if document is None:
+            return
+        if not isinstance(document, dict):
+            raise PolicyFileError(f"{path} must hold an object")
+        try:
+            self.policies = self._parse_policies(document.get("policies", []), operator=False)
+            self.operator_policies = self._parse_policies(document.get("operator_policies", []), operator=True)
+            parameters = document.get("parameters", [])
+            if not isinstance(parameters, list):
+                raise PolicyError("parameters must be a list")
+            for entry in parameters:
+                if not isinstance(entry, dict) or not isinstance(entry.get("component"), str):
+                    raise PolicyError(f"invalid parameter {entry!r}")
+                check_parameter(entry["component"], entry.get("value"))
+                self.parameters[(entry["component"], str(entry.get("name")))] = entry["value"]
+        except PolicyError as exc:
+            reason = str(exc).removeprefix("Validation failed\n\n").strip().replace("\n", "; ")
+            raise PolicyFileError(f"{path}: {reason}") from None
+
+    def _parse_policies(self, entries: Any, *, operator: bool) -> dict[str, Policy]:
+        if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+            raise PolicyError("policies must be a list of objects")
+        policies = {}
+        for entry in entries:
+            name = entry.get("name")
+            if not isinstance(name, str):
+                raise PolicyError(f"a policy without a name: {entry!r}")
+            policies[name] = parse_policy(self.vhost.name, name, entry, operator=operator)
+        return policies
+
+    def _save(
+        self, policies: dict[str, Policy], operator_policies: dict[str, Policy], parameters: dict[tuple[str, str], Any]
+    ) -> None:
+        """Written before it takes effect: a change that could not be saved (OSError) changes nothing."""
+        write_json_file(
+            self._path,
+            {
+                "policies": [policy.to_json() for policy in policies.values()],
+                "operator_policies": [policy.to_json() for policy in operator_policies.values()],
+                "parameters": [
+                    self.parameter_json(component, name, value) for (component, name), value in parameters.items()
+                ],
+            },
+        )
+        self.policies, self.operator_policies, self.parameters = policies, operator_policies, parameters
+
+    # ---- policies --------------------------------------------------------------------------
+
+    def set_policy(self, name: str, body: Mapping[str, Any], *, operator: bool) -> bool:
+        """Create or replace a policy from RabbitMQ's JSON and apply it now; True when new.
+        PolicyError (400) for an invalid one."""
+        policy = parse_policy(self.vhost.name, name, body, operator=operator)
+        table = self.operator_policies if operator else self.policies
+        created = name not in table
+        changed = {**table, name: policy}
+        if operator:
+            self._save(self.policies, changed, self.parameters)
+        else:
+            self._save(changed, self.operator_policies, self.parameters)
+        log.info(
+            "set %s '%s' in vhost '%s' matching %s with pattern '%s'",
+            "operator policy" if operator else "policy",
+            printable(name),
+            printable(self.vhost.name),
+            policy.apply_to,
+            printable(policy.pattern),
+        )
+        self.apply_all()
+        return created
+
+    def delete_policy(self, name: str, *, operator: bool) -> bool:
+        """Remove a policy and its effect; False when there is none of that name."""
+        table = self.operator_policies if operator else self.policies
+        if name not in table:
+            return False
+        remaining = {key: policy for key, policy in table.items() if key != name}
+        if operator:
+            self._save(self.policies, remaining, self.parameters)
+        else:
+            self._save(remaining, self.operator_policies, self.parameters)
+        self.apply_all()
+        return True
+
+    # ---- runtime parameters -----------------------------------------------------------------
+
+    def set_parameter(self, component: str, name: str, value: Any) -> bool:
+        check_parameter(component, value)
+        created = (component, name) not in self.parameters
+        self._save(self.policies, self.operator_policies, {**self.parameters, (component, name): value})
+        return created
+
+    def delete_parameter(self, component: str, name: str) -> bool:
+        if (component, name) not in self.parameters:
+            return False
+        remaining = {key: value for key, value in self.parameters.items() if key != (component, name)}
+        self._save(self.policies, self.operator_policies, remaining)
+        return True
+
+    def parameter_json(self, component: str, name: str, value: Any) -> dict[str, Any]:
+        return {"vhost": self.vhost.name, "component": component, "name": name, "value": value}
+
+    # ---- matching and applying ---------------------------------------------------------------
+
+    def queue_policies(self, queue: Queue) -> tuple[Policy | None, Policy | None]:
+        """The policy and the operator policy that apply to `queue`."""
+        type_name = queue_type_name(queue.arguments)
+
+        def matches(policy: Policy) -> bool:
+            return policy.matches_queue(queue.name, type_name)
+
+        return highest(self.policies.values(), matches), highest(self.operator_policies.values(), matches)
+
+    def exchange_policies(self, exchange: Exchange) -> tuple[Policy | None, Policy | None]:
+        def matches(policy: Policy) -> bool:
+            return policy.matches_exchange(exchange.name)
+
+        return highest(self.policies.values(), matches), highest(self.operator_policies.values(), matches)
+
+    def apply_to_queue(self, queue: Queue) -> None:
+        """Give the queue the settings its arguments and policies make; a stream, the
+        retention (`max-length-bytes`, `max-age`)."""
+        definition = effective_definition(*self.queue_policies(queue))
+        if isinstance(queue, StreamQueue):
+            queue.store.apply_retention_policy(stream_retention(definition))
+            return
+        if not isinstance(queue, MessageQueue):
+            return
+        settings = queue_settings(
+            queue.name, self.vhost.name, queue.arguments, queue_type_name(queue.arguments), definition
+        )
+        if settings != queue.settings:
+            queue.apply_settings(settings)
+
+    def apply_to_exchange(self, exchange: Exchange) -> None:
+        if not exchange.name:
+            return  # the default exchange routes by queue name: an alternate never applies
+        policy, operator = self.exchange_policies(exchange)
+        alternate = effective_definition(policy, operator).get("alternate-exchange")
+        exchange.policy_alternate_exchange = alternate if isinstance(alternate, str) else None
+
+    def apply_all(self) -> None:
+        """A policy changed: every queue and exchange of the vhost gets what now applies."""
+        for queue in list(self.vhost.queues.values()):
+            self.apply_to_queue(queue)
+        for exchange in self.vhost.exchanges.values():
+            self.apply_to_exchange(exchange)
+
+    def applies_at_declare(self) -> bool:
+        """Whether a new queue or exchange needs matching at all (no policies: nothing to do)."""
+        return bool(self.policies or self.operator_policies)
+
+
+def stream_retention(definition: Mapping[str, Any]) -> Retention:
+    """The retention a policy's definition sets for a stream (validated: an integer and a duration)."""
+    max_bytes = definition.get("max-length-bytes")
+    max_age = definition.get("max-age")
+    return Retention(
+        max_bytes=max_bytes if isinstance(max_bytes, int) else None,
+        max_age_ms=parse_duration(max_age) if isinstance(max_age, str) else None,
+    )
+
+
+# ---- the management API's queue and exchange JSON ---------------------------------------------
+
+
+def policy_fields(queue: Queue) -> dict[str, Any]:
+    """`policy`, `operator_policy` and `effective_policy_definition` of a queue's JSON, as
+    RabbitMQ shows them (null and {} when none applies)."""
+    policy, operator = queue.vhost.policies.queue_policies(queue)
+    return {
+        "policy": None if policy is None else policy.name,
+        "operator_policy": None if operator is None else operator.name,
+        "effective_policy_definition": effective_definition(policy, operator),
+    }
+
+
+def exchange_policy_fields(exchange: Exchange) -> dict[str, Any]:
+    """`policy` of an exchange's JSON; RabbitMQ leaves the key out when none applies."""
+    policy, _ = exchange.vhost.policies.exchange_policies(exchange)
+    return {} if policy is None else {"policy": policy.name}

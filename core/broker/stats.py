@@ -1,0 +1,242 @@
+"""Message-rate statistics: counters on the hot path, rates from a sampler.
+
+Channels, queues, exchanges and connections carry plain integer counters that the hot
+path only increments. Every `interval` seconds the sampler reads them all and keeps, per
+object, the counts of that sample and the rates since the one before; nothing is timed or
+allocated per message. A closed channel's counts are added to its vhost's retired totals,
+so vhost and broker totals never go backwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from lavin.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+Counts = dict[str, int]
+Rates = dict[str, float]
+
+# The keys of a channel's counts, as RabbitMQ names them in `message_stats`; vhost and
+# broker totals are their sums.
+CHANNEL_KEYS = (
+    "publish",
+    "confirm",
+    "return_unroutable",
+    "deliver",
+    "deliver_no_ack",
+    "get",
+    "get_no_ack",
+    "redeliver",
+    "ack",
+)
+OVERALL = "overall"  # the sampler's key for the broker's totals
+QUEUE_TOTALS = "queue_totals"  # ... and for the message counts of every queue together
+
+
+def vhost_key(name: str) -> tuple[str, str]:
+    """The sampler's key for a vhost's totals."""
+    return ("vhost", name)
+
+
+@dataclass
+class ConsumerSnapshot:
+    tag: str
+    queue: str
+    ack_required: bool
+    prefetch_count: int
+    exclusive: bool
+    arguments: dict[str, Any]
+    active: bool
+
+
+@dataclass
+class ChannelSnapshot:
+    """One channel, read when asked for; `key` is the live channel (the sampler's key)."""
+
+    key: object
+    number: int
+    state: str
+    prefetch_count: int
+    global_prefetch_count: int
+    messages_unacknowledged: int
+    confirm: bool
+    transactional: bool
+    consumers: list[ConsumerSnapshot]
+    counts: Counts
+
+
+@dataclass
+class ConnectionSnapshot:
+    """One client connection, read when asked for; `key` is the live connection, `vhost`
+    and `user` are None until it is open."""
+
+    key: object
+    peer_host: str
+    peer_port: int
+    host: str
+    port: int
+    vhost: str | None
+    user: str | None
+    state: str
+    client_properties: dict[str, Any]
+    auth_mechanism: str
+    connected_at: int  # ms since the epoch
+    heartbeat: int
+    frame_max: int
+    channel_max: int
+    recv_oct: int
+    send_oct: int
+    channels: list[ChannelSnapshot] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's connection name: "peer host:port -> local host:port"."""
+        return f"{self.peer_host}:{self.peer_port} -> {self.host}:{self.port}"
+
+
+class ObservedConnection(Protocol):
+    """A client connection as the statistics and the management API see it (the protocol
+    layer's)."""
+
+    def snapshot(self) -> ConnectionSnapshot:
+        """What it is now, its channels and their consumers included."""
+
+    def close(self, reply_code: int, reply_text: str) -> None:
+        """Send connection.close and wait briefly for close-ok."""
+
+
+class MessageStats:
+    """The broker's statistics: which connections exist, the retired counts of closed
+    channels, and the sampler that turns counters into rates."""
+
+    def __init__(self, broker: Broker, interval: float) -> None:
+        self.broker = broker
+        self.interval = interval
+        self.connections: set[ObservedConnection] = set()
+        self.retired: dict[str, Counts] = {}  # vhost name -> counts of its closed channels
+        # The counts of each object at the last sample, and its rates then (None: all 0).
+        self._samples: dict[object, tuple[Counts, Rates | None]] = {}
+        self._sampled_at = 0.0
+        self._started_at = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- what the protocol layer reports ------------------------------------------------
+
+    def connection_opened(self, connection: ObservedConnection) -> None:
+        self.connections.add(connection)
+
+    def connection_closed(self, connection: ObservedConnection) -> None:
+        self.connections.discard(connection)
+
+    def channel_closed(self, vhost: str, counts: Counts) -> None:
+        """A channel is gone: what it counted stays in its vhost's totals."""
+        retired = self.retired.setdefault(vhost, dict.fromkeys(CHANNEL_KEYS, 0))
+        for key, value in counts.items():
+            retired[key] += value
+
+    # ---- reading ------------------------------------------------------------------------
+
+    def rates(self, key: object, counts: Counts) -> Rates:
+        """The rates of `key` at the last sample; 0.0 for each of `counts` not sampled yet."""
+        sample = self._samples.get(key)
+        rates = sample[1] if sample is not None else None
+        return {name: rates.get(name, 0.0) if rates is not None else 0.0 for name in counts}
+
+    def snapshots(self) -> list[ConnectionSnapshot]:
+        """Every open connection (handshake done), as it is now."""
+        return [snapshot for snapshot in (c.snapshot() for c in list(self.connections)) if snapshot.vhost is not None]
+
+    def vhost_counts(self, vhost: str, snapshots: list[ConnectionSnapshot]) -> Counts:
+        """A vhost's totals: its closed channels' counts plus its open channels'."""
+        totals = dict(self.retired.get(vhost, dict.fromkeys(CHANNEL_KEYS, 0)))
+        for channel in _channels(snapshots, vhost):
+            for key, value in channel.counts.items():
+                totals[key] += value
+        return totals
+
+    def overall_counts(self, snapshots: list[ConnectionSnapshot]) -> Counts:
+        totals = dict.fromkeys(CHANNEL_KEYS, 0)
+        for vhost in {*self.retired, *(s.vhost for s in snapshots if s.vhost is not None)}:
+            for key, value in self.vhost_counts(vhost, snapshots).items():
+                totals[key] += value
+        return totals
+
+    def queue_totals(self, snapshots: list[ConnectionSnapshot]) -> Counts:
+        ready = sum(queue.message_count for vhost in self.broker.vhosts.values() for queue in vhost.queues.values())
+        unacked = sum(channel.messages_unacknowledged for channel in _channels(snapshots, None))
+        return {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+
+    # ---- sampling -----------------------------------------------------------------------
+
+    def uptime_ms(self) -> int:
+        """Milliseconds since the broker started."""
+        return int((self._loop.time() - self._started_at) * 1000) if self._loop is not None else 0
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._sampled_at = self._started_at = loop.time()
+        self._task = loop.create_task(self._run(loop))
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                self.sample(loop.time())
+            except Exception:  # a bug in the statistics must not stop the broker's
+                log.exception("sampling the message statistics failed")
+
+    def sample(self, now: float) -> None:
+        """Read every counter; the rates are per second since the previous sample. Objects
+        that never counted anything are not kept (many idle queues cost no memory here)."""
+        elapsed = max(now - self._sampled_at, 1e-3)
+        self._sampled_at = now
+        previous = self._samples
+        samples: dict[object, tuple[Counts, Rates | None]] = {}
+        for key, counts in self._every_count():
+            before = previous.get(key)
+            if before is None and not any(counts.values()):
+                continue
+            old = before[0] if before is not None else {}
+            rates = None
+            if counts != old:
+                rates = {name: (value - old.get(name, 0)) / elapsed for name, value in counts.items()}
+            samples[key] = (counts, rates)
+        self._samples = samples
+
+    def _every_count(self) -> Iterator[tuple[object, Counts]]:
+        snapshots = self.snapshots()
+        for snapshot in snapshots:
+            yield snapshot.key, {"recv_oct": snapshot.recv_oct, "send_oct": snapshot.send_oct}
+        for channel in _channels(snapshots, None):
+            yield channel.key, channel.counts
+        for vhost in self.broker.vhosts.values():
+            yield vhost_key(vhost.name), self.vhost_counts(vhost.name, snapshots)
+            for queue in vhost.queues.values():
+                yield queue, queue.message_counts()
+            for exchange in vhost.exchanges.values():
+                yield exchange, exchange.message_counts()
+        yield OVERALL, self.overall_counts(snapshots)
+        yield QUEUE_TOTALS, self.queue_totals(snapshots)
+
+
+def _channels(snapshots: list[ConnectionSnapshot], vhost: str | None) -> Iterator[ChannelSnapshot]:
+    """The channels of `snapshots` in `vhost` (None: in any)."""
+    for snapshot in snapshots:
+        if vhost is None or snapshot.vhost == vhost:
+            yield from snapshot.channels

@@ -1,0 +1,93 @@
+"""The `lavin ctl` group, which finds the control socket, and the options its commands share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+from click.decorators import FC
+from lavin.config import StartupError, resolve_config
+from lavin.ctl.client import BadConfig, Session
+
+
+# The group makes the session before its command's options are parsed.
+def _json_output(ctx: click.Context, _param: click.Parameter, given: bool) -> None:
+    session = ctx.find_object(Session)
+    if given and session is not None:
+        session.as_json = True
+
+
+def _no_table_headers(ctx: click.Context, _param: click.Parameter, given: bool) -> None:
+    session = ctx.find_object(Session)
+    if given and session is not None:
+        session.table_headers = False
+
+
+def socket_path_of(ctx: click.Context, socket_option: Path | None, data_dir: Path | None, config: Path | None) -> Path:
+    """--socket; else the config's `control_unix_path`; else `<data dir>/control.sock`,
+    the data dir taken as `lavin serve` takes it (flag or LAVIN_DATA_DIR, config file)."""
+    if socket_option is not None:
+        return socket_option
+    explicit_sources = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    explicit = {"data_dir": data_dir} if ctx.get_parameter_source("data_dir") in explicit_sources else {}
+    try:
+        return resolve_config(explicit, config).control_socket_path
+    except StartupError as exc:
+        raise BadConfig(str(exc)) from None
+
+
+vhost_option = click.option("-p", "--vhost", default="/", show_default=True, help="The vhost.")
+json_option = click.option(
+    "--json",
+    is_flag=True,
+    expose_value=False,
+    callback=_json_output,
+    help="Print JSON for scripts, without the line that says what is done.",
+)
+no_table_headers_option = click.option(
+    "--no-table-headers", is_flag=True, expose_value=False, callback=_no_table_headers, help="Print the rows only."
+)
+
+
+def table_options(command: FC) -> FC:
+    """`--json` and `--no-table-headers`, for the commands that print a table."""
+    return json_option(no_table_headers_option(command))
+
+
+def config_file_option(help_text: str) -> Callable[[FC], FC]:
+    """`--config FILE` (env LAVIN_CONFIG): the broker's INI file, for `lavin serve` and `lavin ctl`."""
+    return click.option(
+        "--config",
+        "config_file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        envvar="LAVIN_CONFIG",
+        show_envvar=True,
+        help=help_text,
+    )
+
+
+@click.group(name="ctl")
+@click.option(
+    "--socket",
+    "socket_option",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The broker's control socket; by default `control_unix_path` of the config, or <data dir>/control.sock.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="LAVIN_DATA_DIR",
+    show_envvar=True,
+    help="The broker's data dir, where its control socket is.",
+)
+@config_file_option("The broker's config file, to find its data dir or control socket.")
+@click.option("-q", "--quiet", is_flag=True, help="Print results only, not what is being done.")
+@click.pass_context
+def ctl(
+    ctx: click.Context, socket_option: Path | None, data_dir: Path | None, config_file: Path | None, quiet: bool
+) -> None:
+    """Manage a running broker as rabbitmqctl does: its status, users, vhosts, permissions, limits,
+    queues, exchanges, bindings, connections, channels, consumers, policies and definitions."""
+    ctx.obj = Session(socket_path_of(ctx, socket_option, data_dir, config_file), quiet)

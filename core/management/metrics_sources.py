@@ -1,0 +1,154 @@
+"""What the Prometheus families read, taken from the broker when a scrape asks: queues,
+exchanges, the snapshots of connections and channels (`lavin.broker.stats`), the
+connections opened and closed since start-up, and the process itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Final, Protocol, runtime_checkable
+
+from lavin.api import hookimpl
+from lavin.api.hooks import ConnectionInfo
+from lavin.broker.broker import Broker
+from lavin.broker.exchange import Exchange
+from lavin.broker.queue import Queue
+from lavin.broker.stats import ChannelSnapshot, ConnectionSnapshot
+from lavin.broker.vhost import VHost
+
+CHURN_PLUGIN: Final = "lavin.management.connection-churn"
+
+
+class ConnectionChurn:
+    """Counts AMQP connections opened and closed (RabbitMQ's connection churn), through
+    the connection hooks: a count per connection, nothing per message."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.closed = 0
+
+    @hookimpl
+    def lavin_connection_opened(self, connection: ConnectionInfo) -> None:
+        self.opened += 1
+
+    @hookimpl
+    def lavin_connection_closed(self, connection: ConnectionInfo) -> None:
+        self.closed += 1
+
+    def register(self, broker: Broker) -> None:
+        broker.registry.plugin_manager.register(self, name=CHURN_PLUGIN)
+
+    def unregister(self, broker: Broker) -> None:
+        plugin_manager = broker.registry.plugin_manager
+        if plugin_manager.is_registered(self):
+            plugin_manager.unregister(self)
+
+    @staticmethod
+    def of(broker: Broker) -> ConnectionChurn | None:
+        """The broker's, once its management plane runs."""
+        plugin = broker.registry.plugin_manager.get_plugin(CHURN_PLUGIN)
+        return plugin if isinstance(plugin, ConnectionChurn) else None
+
+
+@runtime_checkable
+class HoldsDeliveries(Protocol):
+    """A live channel (the protocol layer's, a ChannelSnapshot's key): its unacked deliveries."""
+
+    @property
+    def unacked(self) -> Mapping[int, tuple[object, int, object]]:
+        """Delivery tag -> (where it settles, message id, consumer; None for basic.get)."""
+
+
+@dataclass(frozen=True)
+class ObjectFilter:
+    """Which objects `/metrics/detailed` reports on: some vhosts, queue names matching a
+    regular expression (None: all)."""
+
+    vhosts: frozenset[str] | None = None
+    queue_pattern: re.Pattern[str] | None = None
+
+    def takes_vhost(self, name: str) -> bool:
+        return self.vhosts is None or name in self.vhosts
+
+    def takes_queue(self, name: str) -> bool:
+        return self.queue_pattern is None or self.queue_pattern.search(name) is not None
+
+
+@dataclass
+class Snapshot:
+    """One scrape's reading of the broker; what costs a walk is done once, when asked."""
+
+    broker: Broker
+    filter: ObjectFilter = field(default_factory=ObjectFilter)
+    _connections: list[ConnectionSnapshot] | None = None
+    _unacked: Counter[Queue] | None = None
+
+    def vhosts(self) -> Iterator[VHost]:
+        for name, vhost in self.broker.vhosts.items():
+            if self.filter.takes_vhost(name):
+                yield vhost
+
+    def queues(self) -> Iterator[Queue]:
+        for vhost in self.vhosts():
+            for name, queue in vhost.queues.items():
+                if self.filter.takes_queue(name):
+                    yield queue
+
+    def exchanges(self) -> Iterator[Exchange]:
+        """Named exchanges: the default one is left out, as RabbitMQ's families do."""
+        for vhost in self.vhosts():
+            for name, exchange in vhost.exchanges.items():
+                if name:
+                    yield exchange
+
+    def connections(self) -> list[ConnectionSnapshot]:
+        """Open connections (connection.open done) of every vhost."""
+        if self._connections is None:
+            self._connections = self.broker.stats.snapshots()
+        return self._connections
+
+    def channels(self) -> Iterator[tuple[ConnectionSnapshot, ChannelSnapshot]]:
+        for connection in self.connections():
+            for channel in connection.channels:
+                yield connection, channel
+
+    def unacked(self, queue: Queue) -> int:
+        """Messages of `queue` delivered and not yet acknowledged, on every channel: those
+        of consumers since cancelled and of basic.get included, as RabbitMQ counts them."""
+        if self._unacked is None:
+            counts: Counter[Queue] = Counter()
+            for _, channel in self.channels():
+                if isinstance(channel.key, HoldsDeliveries):
+                    for settles, _, consumer in channel.key.unacked.values():
+                        # A stream's deliveries settle on the consumer's reader.
+                        owner = settles if isinstance(settles, Queue) else getattr(consumer, "queue", None)
+                        if isinstance(owner, Queue):
+                            counts[owner] += 1
+            self._unacked = counts
+        return self._unacked[queue]
+
+    def churn(self) -> ConnectionChurn | None:
+        return ConnectionChurn.of(self.broker)
+
+    # ---- the process ---------------------------------------------------------------------
+
+    def disk_free(self) -> int:
+        return shutil.disk_usage(self.broker.config.data_dir).free
+
+    @staticmethod
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the one listdir holds
+
+    @staticmethod
+    def uptime() -> float:
+        """Seconds since the process started (RabbitMQ's node uptime is its VM's)."""
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            after_name = stat.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as uptime:
+            system_uptime = float(uptime.read().split()[0])
+        return system_uptime - int(after_name[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime

@@ -1,0 +1,258 @@
+"""RabbitMQ's JSON for what runs now: connections, channels, consumers, the node and the
+overview, out of the broker's snapshots (`lavin.broker.stats`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import shutil
+from collections.abc import Iterable
+from typing import Any, Final
+
+import lavin
+from lavin.broker.alarms import DISK, MEMORY, resident_memory
+from lavin.broker.broker import Broker
+from lavin.broker.stats import (
+    OVERALL,
+    QUEUE_TOTALS,
+    ChannelSnapshot,
+    ConnectionSnapshot,
+    ConsumerSnapshot,
+    vhost_key,
+)
+from lavin.management.message_stats import message_stats_json, sampled_message_stats, with_rates
+
+# The RabbitMQ release whose management API this one answers as (tools compare it).
+RABBITMQ_VERSION: Final = "3.13.7"
+PROTOCOL: Final = "AMQP 0-9-1"
+# RabbitMQ's default limit of Erlang processes, reported as proc_total.
+PROCESS_LIMIT: Final = 1_048_576
+
+
+def node_name(broker: Broker) -> str:
+    return broker.alarms.node
+
+
+def channel_name(connection: ConnectionSnapshot, channel: ChannelSnapshot) -> str:
+    """RabbitMQ's channel name: the connection's, then the number in parentheses."""
+    return f"{connection.name} ({channel.number})"
+
+
+def connection_json(broker: Broker, connection: ConnectionSnapshot) -> dict[str, Any]:
+    stats = broker.stats
+    octets = {"recv_oct": connection.recv_oct, "send_oct": connection.send_oct}
+    shaped: dict[str, Any] = {
+        "name": connection.name,
+        "node": node_name(broker),
+        "type": "network",
+        "vhost": connection.vhost,
+        "user": connection.user,
+        "user_who_performed_action": connection.user,
+        "state": connection.state,
+        "channels": len(connection.channels),
+        "peer_host": connection.peer_host,
+        "peer_port": connection.peer_port,
+        "host": connection.host,
+        "port": connection.port,
+        "protocol": PROTOCOL,
+        "auth_mechanism": connection.auth_mechanism,
+        "ssl": False,
+        "ssl_protocol": None,
+        "ssl_key_exchange": None,
+        "ssl_cipher": None,
+        "ssl_hash": None,
+        "peer_cert_subject": None,
+        "peer_cert_issuer": None,
+        "peer_cert_validity": None,
+        "client_properties": connection.client_properties,
+        "connected_at": connection.connected_at,
+        "timeout": connection.heartbeat,
+        "frame_max": connection.frame_max,
+        "channel_max": connection.channel_max,
+        **with_rates(octets, stats.rates(connection.key, octets)),
+    }
+    user_provided = connection.client_properties.get("connection_name")
+    if user_provided is not None:
+        shaped["user_provided_name"] = user_provided
+    return shaped
+
+
+def connection_details(connection: ConnectionSnapshot) -> dict[str, Any]:
+    return {"name": connection.name, "peer_host": connection.peer_host, "peer_port": connection.peer_port}
+
+
+def channel_json(broker: Broker, connection: ConnectionSnapshot, channel: ChannelSnapshot) -> dict[str, Any]:
+    return {
+        "name": channel_name(connection, channel),
+        "number": channel.number,
+        "node": node_name(broker),
+        "connection_details": connection_details(connection),
+        "vhost": connection.vhost,
+        "user": connection.user,
+        "user_who_performed_action": connection.user,
+        "state": channel.state,
+        "consumer_count": len(channel.consumers),
+        "prefetch_count": channel.prefetch_count,
+        "global_prefetch_count": channel.global_prefetch_count,
+        "messages_unacknowledged": channel.messages_unacknowledged,
+        "messages_unconfirmed": 0,
+        "messages_uncommitted": 0,
+        "acks_uncommitted": 0,
+        "confirm": channel.confirm,
+        "transactional": channel.transactional,
+        "message_stats": sampled_message_stats(broker.stats, channel.key, channel.counts),
+    }
+
+
+def consumer_json(
+    broker: Broker, connection: ConnectionSnapshot, channel: ChannelSnapshot, consumer: ConsumerSnapshot
+) -> dict[str, Any]:
+    return {
+        "consumer_tag": consumer.tag,
+        "channel_details": {
+            "name": channel_name(connection, channel),
+            "number": channel.number,
+            "connection_name": connection.name,
+            "peer_host": connection.peer_host,
+            "peer_port": connection.peer_port,
+            "node": node_name(broker),
+            "user": connection.user,
+        },
+        "queue": {"name": consumer.queue, "vhost": connection.vhost},
+        "ack_required": consumer.ack_required,
+        "prefetch_count": consumer.prefetch_count,
+        "exclusive": consumer.exclusive,
+        "arguments": consumer.arguments,
+        "active": consumer.active,
+        "activity_status": "up" if consumer.active else "waiting",
+    }
+
+
+def object_totals(broker: Broker, vhosts: Iterable[str], connections: list[ConnectionSnapshot]) -> dict[str, int]:
+    live = [broker.vhosts[name] for name in vhosts if name in broker.vhosts]
+    channels = [channel for connection in connections for channel in connection.channels]
+    return {
+        "connections": len(connections),
+        "channels": len(channels),
+        "exchanges": sum(len(vhost.exchanges) for vhost in live),
+        "queues": sum(len(vhost.queues) for vhost in live),
+        "consumers": sum(len(channel.consumers) for channel in channels),
+    }
+
+
+def overview_json(
+    broker: Broker,
+    vhosts: list[str],
+    everyone: list[ConnectionSnapshot],
+    connections: list[ConnectionSnapshot],
+    everything: bool,
+) -> dict[str, Any]:
+    """RabbitMQ's overview of `everyone`'s connections. `everything`: the requester sees
+    every vhost and connection; else message rates cover `vhosts`, object and queue totals
+    `connections` in them (and the queue totals' rates are 0)."""
+    stats = broker.stats
+    node = node_name(broker)
+    if everything:
+        message_stats = sampled_message_stats(stats, OVERALL, stats.overall_counts(everyone))
+        queue_counts = stats.queue_totals(everyone)
+    else:
+        per_vhost = [(vhost, stats.vhost_counts(vhost, everyone)) for vhost in vhosts]
+        message_stats = message_stats_json(
+            _summed(counts for _, counts in per_vhost),
+            _summed_rates(stats.rates(vhost_key(vhost), counts) for vhost, counts in per_vhost),
+        )
+        queue_counts = _queue_totals(broker, vhosts, connections)
+    return {
+        "management_version": RABBITMQ_VERSION,
+        "rates_mode": "basic",
+        "sample_retention_policies": {"global": [600], "basic": [600], "detailed": [600]},
+        "exchange_types": [
+            {"name": name, "description": "", "enabled": True} for name in sorted(broker.registry.exchange_types)
+        ],
+        "product_version": lavin.__version__,
+        "product_name": "Lavin",
+        "rabbitmq_version": RABBITMQ_VERSION,
+        "cluster_name": node,
+        "erlang_version": "",
+        "erlang_full_version": "",
+        "disable_stats": False,
+        "enable_queue_totals": True,
+        "message_stats": message_stats,
+        "queue_totals": with_rates(queue_counts, stats.rates(QUEUE_TOTALS if everything else None, queue_counts)),
+        "object_totals": object_totals(broker, vhosts, connections),
+        "statistics_db_event_queue": 0,
+        "node": node,
+        "listeners": [
+            {"node": node, "protocol": protocol, "ip_address": ip_address, "port": port, "socket_opts": {}}
+            for protocol, ip_address, port in broker.listeners
+        ],
+        "contexts": [],
+    }
+
+
+def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for each in counts:
+        for key, value in each.items():
+            totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def _summed_rates(rates: Iterable[dict[str, float]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for each in rates:
+        for key, value in each.items():
+            totals[key] = totals.get(key, 0.0) + value
+    return totals
+
+
+def _queue_totals(broker: Broker, vhosts: list[str], connections: list[ConnectionSnapshot]) -> dict[str, int]:
+    ready = sum(queue.message_count for name in vhosts for queue in broker.vhosts[name].queues.values())
+    unacked = sum(channel.messages_unacknowledged for c in connections for channel in c.channels)
+    return {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+
+
+def node_json(broker: Broker) -> dict[str, Any]:
+    """The one node: its memory, file descriptors, disk and alarms, as RabbitMQ reports them."""
+    alarms = broker.alarms
+    descriptors = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    try:
+        fd_used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        fd_used = 0
+    return {
+        "name": node_name(broker),
+        "type": "disc",
+        "running": True,
+        "being_drained": False,
+        "os_pid": str(os.getpid()),
+        "mem_used": resident_memory(),
+        "mem_limit": alarms.memory_limit,
+        "mem_alarm": MEMORY in alarms.active,
+        "mem_calculation_strategy": "rss",
+        "disk_free": shutil.disk_usage(broker.config.data_dir).free,
+        "disk_free_limit": alarms.disk_free_limit,
+        "disk_free_alarm": DISK in alarms.active,
+        "fd_used": fd_used,
+        "fd_total": descriptors,
+        "sockets_used": len(broker.connections),
+        "sockets_total": descriptors,
+        "proc_used": len(asyncio.all_tasks(broker.loop)),
+        "proc_total": PROCESS_LIMIT,
+        "run_queue": 0,
+        "processors": os.cpu_count() or 1,
+        "uptime": broker.stats.uptime_ms(),
+        "rates_mode": "basic",
+        "exchange_types": [
+            {"name": name, "description": "", "enabled": True} for name in sorted(broker.registry.exchange_types)
+        ],
+        "partitions": [],
+        "cluster_links": [],
+        "applications": [],
+        "contexts": [],
+        "enabled_plugins": list(broker.config.plugins),
+        "config_files": [],
+        "log_files": [],
+        "net_ticktime": 60,
+    }

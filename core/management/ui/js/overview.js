@@ -1,0 +1,60 @@
+// Totals from /api/overview, and charts of message rates and queue depth from polling it.
+
+import { get } from "./api.js";
+import { lineChart } from "./chart.js";
+import { h, notice, number, rate, replace, section, table } from "./dom.js";
+import { REFRESH_MS } from "./list.js";
+
+// Ten minutes of samples, kept while the tab is open so a return to the page has history.
+const KEPT_SAMPLES = 120;
+const history = { rates: {}, depth: {} };
+
+const RATES = [["Publish", "publish"], ["Deliver / get", "deliver_get"], ["Acknowledge", "ack"],
+  ["Redeliver", "redeliver"], ["Confirm", "confirm"]];
+const DEPTHS = [["Ready", "messages_ready"], ["Unacknowledged", "messages_unacknowledged"],
+  ["Total", "messages"]];
+const TOTALS = [["Connections", "connections"], ["Channels", "channels"], ["Exchanges", "exchanges"],
+  ["Queues", "queues"], ["Consumers", "consumers"]];
+
+function remember(group, label, value) {
+  const values = (history[group][label] ??= []);
+  values.push(value);
+  if (values.length > KEPT_SAMPLES) values.shift();
+  return { label, values };
+}
+
+export function render(page) {
+  const status = h("div");
+  const totals = h("div", { class: "totals" });
+  const ratesChart = lineChart("Message rates", "/s");
+  const depthChart = lineChart("Queued messages", "");
+  const node = h("div");
+  replace(page.main, h("h1", {}, "Overview"), status, totals,
+    h("div", { class: "charts" }, ratesChart.element, depthChart.element), node);
+
+  page.every(REFRESH_MS, async () => {
+    let data;
+    try {
+      data = await get("/api/overview");
+    } catch (error) {
+      replace(status, notice(error.message, "error"));
+      return;
+    }
+    replace(status);
+    const objects = data.object_totals || {};
+    const queued = data.queue_totals || {};
+    const stats = data.message_stats || {};
+    replace(totals, [...TOTALS.map(([label, key]) => [label, number(objects[key])]),
+      ...DEPTHS.map(([label, key]) => [`Messages ${label.toLowerCase()}`, number(queued[key])])]
+      .map(([label, value]) => h("div", { class: "total" }, h("span", {}, label), h("strong", {}, value))));
+    ratesChart.draw(RATES.map(([label, key]) =>
+      remember("rates", label, (stats[key + "_details"] || {}).rate || 0)), rate);
+    depthChart.draw(DEPTHS.map(([label, key]) => remember("depth", label, queued[key] || 0)), number);
+    replace(node, section("Node", table([
+      { title: "Product", cell: (row) => `${row.product_name || "Lavin"} ${row.product_version || ""}` },
+      { title: "RabbitMQ compatibility", cell: (row) => row.rabbitmq_version || "" },
+      { title: "Node", cell: (row) => row.node || "" },
+      { title: "Listeners", cell: (row) => (row.listeners || []).map((one) => `${one.protocol} ${one.ip_address}:${one.port}`).join(", ") },
+    ], [data])));
+  });
+}

@@ -1,0 +1,48 @@
+"""`policies.json` in a vhost's directory (its policies, operator policies and runtime
+parameters) and `global_parameters.json` in the data dir, as RabbitMQ's JSON:
+
+```
+policies.json           {"policies": [{"vhost": "/", "name": "ttl", "pattern": "^q", "apply-to": "queues",
+                                       "definition": {"message-ttl": 60000}, "priority": 0}],
+                         "operator_policies": [...],
+                         "parameters": [{"vhost": "/", "component": "shovel", "name": "s1", "value": {...}}]}
+global_parameters.json  [{"name": "cluster_name", "value": "lavin@host"}]
+```
+
+Each file is rewritten whole on every change, atomically (lavin.storage.access_files). This
+module reads the JSON; what the entries mean is checked by lavin.broker.policies.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+from lavin.config import StartupError
+from lavin.storage.access_files import write_json_atomically
+
+POLICIES_FILE: Final = "policies.json"
+GLOBAL_PARAMETERS_FILE: Final = "global_parameters.json"
+
+
+class PolicyFileError(StartupError):
+    """policies.json or global_parameters.json cannot be read or holds something invalid."""
+
+
+def read_json_file(path: Path) -> Any:
+    """The file's JSON; None when there is no file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyFileError(f"cannot read {path}: {exc}") from exc
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise PolicyFileError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def write_json_file(path: Path, document: object) -> None:
+    write_json_atomically(path, document)
