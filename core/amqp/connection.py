@@ -10,6 +10,7 @@ import asyncio
 import logging
 import platform
 import struct
+import sys
 import time
 import traceback
 from collections.abc import Awaitable
@@ -108,12 +109,17 @@ class Connection(asyncio.Protocol):
         self._secret_update: asyncio.Task[User | errors.NotAllowed] | None = None
         self.dirty_channels: set[Channel] = set()
         self.flow: PublisherFlow | None = None
-        self.name = ""  # RabbitMQ's: "peer host:port -> local host:port"
+        self._local = ""  # "host:port" of the listener's end, shared between connections
         self.close_reason: str | None = None  # for the log: "" the client closed it, None it just went
         self.auth_mechanism = ""
         self.connected_at = 0  # ms since the epoch
         self.recv_oct = 0  # bytes read and written (statistics: one addition per socket read or write)
         self.send_oct = 0
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's name for it: "peer host:port -> local host:port"."""
+        return f"{self.peer} -> {self._local}"
 
     # ---- transport callbacks -------------------------------------------------------------
 
@@ -125,12 +131,11 @@ class Connection(asyncio.Protocol):
         self.peer_host = str(peername[0])
         self.peer = f"{peername[0]}:{peername[1]}"
         local = stream.get_extra_info("sockname") or ("", 0)
-        self.name = f"{self.peer} -> {local[0]}:{local[1]}"
+        self._local = sys.intern(f"{local[0]}:{local[1]}")  # the same for every connection to a listener
         stream.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self.flow = PublisherFlow(self._pause_for_flow, self._resume_for_flow)
         self.connected_at = int(time.time() * 1000)
         self.broker.connections.add(self)
-        self.broker.stats.connection_opened(self)
         # A client that never finishes the handshake must not hold a socket forever.
         self._close_timer = self.loop.call_later(10.0, self._handshake_timeout)
 
@@ -140,7 +145,6 @@ class Connection(asyncio.Protocol):
         self._cancel_timers()
         self._release_channels()
         self.broker.connections.discard(self)
-        self.broker.stats.connection_closed(self)
         self.alarms.release(self)
         if self.vhost is not None:
             self.vhost.connection_closed(self)

@@ -16,7 +16,7 @@ from lavin.broker.alarms import ResourceAlarms
 from lavin.broker.direct_reply import ReplyRegistry
 from lavin.broker.global_parameters import GlobalParameters
 from lavin.broker.group_commit import GroupCommit, SyncWaiter
-from lavin.broker.stats import MessageStats
+from lavin.broker.stats import ConnectionSnapshot, MessageStats
 from lavin.broker.vhost import VHost
 from lavin.config import Config, StartupError
 from lavin.plugin_registry import Registry
@@ -39,6 +39,10 @@ class ClientConnection(Protocol):
     def permissions_changed(self, user_name: str) -> None:
         """The permissions of `user_name` changed: a connection of that user asks its
         authorizer again from now on."""
+
+    def snapshot(self) -> ConnectionSnapshot:
+        """What it is now, its channels and their consumers included (statistics and the
+        management API)."""
 
 
 class Broker(AuthContext):

@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lavin.broker.broker import Broker
@@ -102,25 +102,13 @@ class ConnectionSnapshot:
         return f"{self.peer_host}:{self.peer_port} -> {self.host}:{self.port}"
 
 
-class ObservedConnection(Protocol):
-    """A client connection as the statistics and the management API see it (the protocol
-    layer's)."""
-
-    def snapshot(self) -> ConnectionSnapshot:
-        """What it is now, its channels and their consumers included."""
-
-    def close(self, reply_code: int, reply_text: str) -> None:
-        """Send connection.close and wait briefly for close-ok."""
-
-
 class MessageStats:
-    """The broker's statistics: which connections exist, the retired counts of closed
-    channels, and the sampler that turns counters into rates."""
+    """The broker's statistics: the retired counts of closed channels, and the sampler
+    that turns counters into rates."""
 
     def __init__(self, broker: Broker, interval: float) -> None:
         self.broker = broker
         self.interval = interval
-        self.connections: set[ObservedConnection] = set()
         self.retired: dict[str, Counts] = {}  # vhost name -> counts of its closed channels
         # The counts of each object at the last sample, and its rates then (None: all 0).
         self._samples: dict[object, tuple[Counts, Rates | None]] = {}
@@ -130,12 +118,6 @@ class MessageStats:
         self._task: asyncio.Task[None] | None = None
 
     # ---- what the protocol layer reports ------------------------------------------------
-
-    def connection_opened(self, connection: ObservedConnection) -> None:
-        self.connections.add(connection)
-
-    def connection_closed(self, connection: ObservedConnection) -> None:
-        self.connections.discard(connection)
 
     def channel_closed(self, vhost: str, counts: Counts) -> None:
         """A channel is gone: what it counted stays in its vhost's totals."""
@@ -153,7 +135,8 @@ class MessageStats:
 
     def snapshots(self) -> list[ConnectionSnapshot]:
         """Every open connection (handshake done), as it is now."""
-        return [snapshot for snapshot in (c.snapshot() for c in list(self.connections)) if snapshot.vhost is not None]
+        snapshots = (connection.snapshot() for connection in list(self.broker.connections))
+        return [snapshot for snapshot in snapshots if snapshot.vhost is not None]
 
     def vhost_counts(self, vhost: str, snapshots: list[ConnectionSnapshot]) -> Counts:
         """A vhost's totals: its closed channels' counts plus its open channels'."""

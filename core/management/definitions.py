@@ -330,6 +330,9 @@ def export_definitions(broker: Broker) -> dict[str, Any]:
     vhost_names = sorted(access.vhosts())
     vhosts = [broker.vhosts[name] for name in vhost_names if name in broker.vhosts]
     return {
+        # RabbitMQ's keys for the version that wrote the document: this broker's.
+        "rabbit_version": __version__,
+        "rabbitmq_version": __version__,
         "product_name": "Lavin",
         "product_version": __version__,
         "users": [shapes.user_json(user) for user in sorted(access.users(), key=lambda user: user.name)],

@@ -19,7 +19,7 @@ from lavin.broker.broker import Broker
 from lavin.broker.queue import MessageQueue
 from lavin.broker.stats import ChannelSnapshot, ConnectionSnapshot
 from lavin.management import runtime_shapes as shapes
-from lavin.management.http import BROKER, ObjectNotFound, access_of, done, reply
+from lavin.management.http import BROKER, ObjectNotFound, access_of, done, error_response, reply
 from lavin.management.listing import list_reply
 from lavin.management.requester import NotAuthorised, Requester, requester
 
@@ -175,7 +175,7 @@ def _close(request: web.Request, snapshots: list[ConnectionSnapshot]) -> None:
     """connection.close 320 with the X-Reason header's text, RabbitMQ's default without one."""
     reason = request.headers.get("X-Reason") or DEFAULT_CLOSE_REASON
     chosen = {id(snapshot.key) for snapshot in snapshots}
-    for connection in list(_broker(request).stats.connections):
+    for connection in list(_broker(request).connections):
         if id(connection) in chosen:
             connection.close(CONNECTION_FORCED, f"CONNECTION_FORCED - {reason}")
 
@@ -268,8 +268,8 @@ async def port_listener_check(request: web.Request) -> web.Response:
     text = request.match_info["port"]
     try:
         port = int(text)
-    except ValueError:
-        return _health({"reason": f"Invalid port: {text}"})
+    except ValueError:  # a bad request, not a failed check: 400, as RabbitMQ answers
+        return error_response(400, "bad_request", f"Invalid port: {text}")
     ports = [listening for _, _, listening in _broker(request).listeners]
     if port in ports:
         return reply({"status": "ok", "port": port})
