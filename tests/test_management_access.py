@@ -143,3 +143,19 @@ def test_the_administrator_who_creates_a_vhost_gets_full_permissions_on_it(broke
         assert (permissions["configure"], permissions["write"], permissions["read"]) == (".*", ".*", ".*")
     finally:
         requests.delete(f"{broker.http_url}/api/vhosts/{vhost}", auth=GUEST, timeout=10)
+
+
+def test_users_without_permissions_and_bulk_delete(broker: BrokerProcess) -> None:
+    lonely, other = unique_name("lonely"), unique_name("lonely")
+    for name in (lonely, other):
+        ctl_ok(broker, "add_user", name, "pw")
+    names = [user["name"] for user in get(broker, "/api/users/without-permissions").json()]
+    assert lonely in names and other in names and "guest" not in names
+    url = f"{broker.http_url}/api/users/bulk-delete"
+    deleted = requests.post(url, auth=GUEST, json={"users": [lonely, other, "no-such-user"]}, timeout=10)
+    assert deleted.status_code == 204
+    assert get(broker, f"/api/users/{lonely}").status_code == 404
+    assert get(broker, f"/api/users/{other}").status_code == 404
+    bad = requests.post(url, auth=GUEST, json={"users": "guest"}, timeout=10)
+    assert (bad.status_code, bad.json()["reason"]) == (400, "users must be a list of user names")
+    assert get(broker, "/api/users/guest").status_code == 200

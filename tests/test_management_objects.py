@@ -16,7 +16,7 @@ from broker_process import BrokerProcess
 from control_helpers import api as control_api
 from control_helpers import api_path
 from helpers import connect, open_session, unique_name, wait_until
-from test_permissions import install_backend, secret
+from test_permissions import secret, unstarted_permtest_broker
 
 GUEST = ("guest", "guest")
 TIMEOUT = 10
@@ -648,12 +648,7 @@ def test_pika_sees_what_the_api_declared_and_bound(broker: BrokerProcess, api: A
 def permtest_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """A broker with test_permissions' `permtest` backend: a JSON password describes the
     user, its permissions and how late its authorizer answers."""
-    directory = tmp_path_factory.mktemp("management-permissions")
-    ini = directory / "lavin.ini"
-    ini.write_text("[main]\nplugins = permtest\nauth_backends = permtest, internal\n")
-    process = BrokerProcess(
-        directory / "data", extra_args=["--config", str(ini)], env=install_backend(directory / "plugin-path")
-    )
+    process = unstarted_permtest_broker(tmp_path_factory.mktemp("management-permissions"))
     process.start()
     yield process
     process.stop()

@@ -95,15 +95,19 @@ def install_backend(directory: Path) -> dict[str, str]:
     return {**hermetic_env(), "PYTHONPATH": str(directory)}
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """permtest first; guest, an administrator of the internal backend, sets up resources."""
-    directory = tmp_path_factory.mktemp("permissions")
+def unstarted_permtest_broker(directory: Path) -> BrokerProcess:
+    """A broker (not started) asking permtest first; guest, an administrator of the
+    internal backend, sets up resources."""
     ini = directory / "lavin.ini"
     ini.write_text("[main]\nplugins = permtest\nauth_backends = permtest, internal\n")
-    process = BrokerProcess(
+    return BrokerProcess(
         directory / "data", extra_args=["--config", str(ini)], env=install_backend(directory / "plugin-path")
     )
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = unstarted_permtest_broker(tmp_path_factory.mktemp("permissions"))
     process.start()
     yield process
     process.stop()

@@ -41,6 +41,31 @@ async def list_users(request: web.Request) -> web.Response:
     return list_reply(request, [shapes.user_json(user) for user in users])
 
 
+# Before /api/users/{user}, which would take these names as a user's.
+@routes.get("/api/users/without-permissions")
+async def users_without_permissions(request: web.Request) -> web.Response:
+    requester(request).require_administrator()
+    access = access_of(request)
+    permitted = {user for user, _, _ in access.permissions()}
+    users = sorted((user for user in access.users() if user.name not in permitted), key=lambda user: user.name)
+    return list_reply(request, [shapes.user_json(user) for user in users])
+
+
+@routes.post("/api/users/bulk-delete")
+async def bulk_delete_users(request: web.Request) -> web.Response:
+    """`{"users": [names]}`: delete those users; names that are not users are skipped, as
+    RabbitMQ does."""
+    requester(request).require_administrator()
+    (names,) = shapes.required(await json_body(request), "users")
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise shapes.BadRequest("users must be a list of user names")
+    access = access_of(request)
+    for name in names:
+        if access.user(name) is not None:
+            access.delete_user(name)
+    return done()
+
+
 @routes.get("/api/users/{user}")
 async def get_user(request: web.Request) -> web.Response:
     requester(request).require_administrator()

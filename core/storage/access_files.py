@@ -175,16 +175,22 @@ def write_json_atomically(path: Path, document: object) -> None:
 
 
 def _read(path: Path) -> object:
+    return read_json_document(path, AccessFileError, MISSING)
+
+
+def read_json_document(path: Path, error: type[StartupError], missing: object) -> object:
+    """The file's JSON, or `missing` when there is no file; a file that cannot be read or
+    parsed raises `error` naming it."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return MISSING
+        return missing
     except (OSError, UnicodeDecodeError) as exc:
-        raise AccessFileError(f"cannot read {path}: {exc}") from exc
+        raise error(f"cannot read {path}: {exc}") from exc
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise AccessFileError(f"{path} is not valid JSON: {exc}") from exc
+        raise error(f"{path} is not valid JSON: {exc}") from exc
 
 
 def _refuse_duplicates(path: Path, users: list[StoredUser]) -> None:

@@ -15,12 +15,11 @@ module reads the JSON; what the entries mean is checked by lavin.broker.policies
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Final
 
 from lavin.config import StartupError
-from lavin.storage.access_files import write_json_atomically
+from lavin.storage.access_files import read_json_document, write_json_atomically
 
 POLICIES_FILE: Final = "policies.json"
 GLOBAL_PARAMETERS_FILE: Final = "global_parameters.json"
@@ -32,16 +31,7 @@ class PolicyFileError(StartupError):
 
 def read_json_file(path: Path) -> Any:
     """The file's JSON; None when there is no file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyFileError(f"cannot read {path}: {exc}") from exc
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise PolicyFileError(f"{path} is not valid JSON: {exc}") from exc
+    return read_json_document(path, PolicyFileError, None)
 
 
 def write_json_file(path: Path, document: object) -> None:
