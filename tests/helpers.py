@@ -32,6 +32,7 @@ VHOST = "/"
 
 Kind = Literal["queue", "exchange"]
 MethodT = TypeVar("MethodT", bound=MethodFrame)
+T = TypeVar("T")
 
 
 # --------------------------------------------------------------------------- names and texts
@@ -114,6 +115,17 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = DEFAUL
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting until {what}")
         time.sleep(0.02)
+
+
+def eventually(check: Callable[[], T], timeout: float = 10.0) -> T:
+    """`check()` once it is truthy: the broker applies some changes (a policy, a close, a
+    statistics sample) a moment after it answers."""
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s")
+        time.sleep(0.1)
+    return result
 
 
 def process_until(

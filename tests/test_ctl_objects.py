@@ -5,15 +5,13 @@ and `--json` output that parses."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pika
 import pytest
 from broker_process import BrokerFactory, BrokerProcess
 from control_helpers import ctl, ctl_ok, login, rows
-from helpers import unique_name
+from helpers import eventually, unique_name
 from pika.adapters.blocking_connection import BlockingChannel
 
 EX_USAGE, EX_DATAERR = 64, 65
@@ -36,15 +34,6 @@ def row_of(output: str, first: str) -> list[str]:
     found = [row for row in rows(output) if row[0] == first]
     assert len(found) == 1, output
     return found[0]
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """`check()` once it is truthy: the broker acts on a policy or a close asynchronously."""
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-    return result
 
 
 # ---- queues ------------------------------------------------------------------------------

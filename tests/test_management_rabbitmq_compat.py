@@ -4,8 +4,7 @@ vhost): the status codes, JSON shapes and error bodies a RabbitMQ client expects
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urljoin
 
@@ -14,6 +13,7 @@ import pytest
 import requests
 from broker_process import BrokerFactory, BrokerProcess
 from control_helpers import login
+from helpers import eventually
 
 GUEST = ("guest", "guest")
 JSON = {"content-type": "application/json"}
@@ -49,15 +49,6 @@ class Api:
 @pytest.fixture
 def api(broker: BrokerProcess) -> Api:
     return Api(broker)
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """`check()` once it is truthy: counters may be sampled every few seconds, as in RabbitMQ."""
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-    return result
 
 
 def publish(broker: BrokerProcess, queue: str, count: int) -> None:

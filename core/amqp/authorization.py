@@ -81,14 +81,15 @@ class Authorization:
         # exchange name is then matched here, without a call or a cache entry per name.
         self._patterns: NamePatterns | None = None
         # Allowed answers, and refusals that came late: a late refusal is read once, by the
-        # frame parsed again for it, so that a refusal is never kept (as in RabbitMQ).
-        self._answers: dict[Question, bool] = {}
+        # frame parsed again for it, so that a refusal is never kept (as in RabbitMQ). Made
+        # on first use: with an authorizer's patterns most connections never keep one.
+        self._answers: dict[Question, bool] | None = None
         # Bumped when permissions change, so that an answer asked for before is not kept.
         self._generation = 0
 
     def forget(self) -> None:
         """Permissions changed: ask the authorizer again from now on."""
-        self._answers.clear()
+        self._answers = None
         self._generation += 1
         if self.vhost:
             self._patterns = self._vhost_patterns()
@@ -137,11 +138,12 @@ class Authorization:
 
     def _allows(self, question: Question) -> bool:
         answers = self._answers
-        answer = answers.get(question)
-        if answer is not None:
-            if not answer:
-                del answers[question]
-            return answer
+        if answers is not None:
+            answer = answers.get(question)
+            if answer is not None:
+                if not answer:
+                    del answers[question]
+                return answer
         kind, name, permission, routing_key = question
         access = Access(self.vhost, kind, name, permission, routing_key)
         try:
@@ -171,9 +173,10 @@ class Authorization:
             self._keep(question, answer)
 
     def _keep(self, question: Question, answer: bool) -> None:
-        if len(self._answers) >= CACHE_SIZE:
-            self._answers.clear()
-        self._answers[question] = answer
+        answers = self._answers
+        if answers is None or len(answers) >= CACHE_SIZE:  # a full cache starts over
+            answers = self._answers = {}
+        answers[question] = answer
 
     def _authorizer(self) -> Authorizer:
         authorizer = self.user.authorizer

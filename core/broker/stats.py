@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -153,8 +153,11 @@ class MessageStats:
                 totals[key] += value
         return totals
 
-    def queue_totals(self, snapshots: list[ConnectionSnapshot]) -> Counts:
-        ready = sum(queue.message_count for vhost in self.broker.vhosts.values() for queue in vhost.queues.values())
+    def queue_totals(self, vhosts: Iterable[str], snapshots: list[ConnectionSnapshot]) -> Counts:
+        """Messages ready in the queues of `vhosts` and unacknowledged on the channels of
+        `snapshots`."""
+        queues = (queue for name in vhosts for queue in self.broker.vhosts[name].queues.values())
+        ready = sum(queue.message_count for queue in queues)
         unacked = sum(channel.messages_unacknowledged for channel in _channels(snapshots, None))
         return {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
 
@@ -215,7 +218,7 @@ class MessageStats:
             for exchange in vhost.exchanges.values():
                 yield exchange, exchange.message_counts()
         yield OVERALL, self.overall_counts(snapshots)
-        yield QUEUE_TOTALS, self.queue_totals(snapshots)
+        yield QUEUE_TOTALS, self.queue_totals(self.broker.vhosts, snapshots)
 
 
 def _channels(snapshots: list[ConnectionSnapshot], vhost: str | None) -> Iterator[ChannelSnapshot]:

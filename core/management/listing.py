@@ -69,11 +69,20 @@ def _positive(query: Mapping[str, str], key: str, default: int) -> int:
 
 def dotted(item: Mapping[str, Any], key: str) -> Any:
     """`item["a"]["b"]` for key "a.b"; None where a level is missing."""
+    value = _lookup(item, key)
+    return None if value is _MISSING else value
+
+
+_MISSING: Final = object()
+
+
+def _lookup(item: Mapping[str, Any], key: str) -> Any:
+    """`item["a"]["b"]` for key "a.b"; _MISSING where a level is missing."""
     value: Any = item
     for part in key.split("."):
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(part)
+        if not isinstance(value, Mapping) or part not in value:
+            return _MISSING
+        value = value[part]
     return value
 
 
@@ -109,8 +118,8 @@ def _columns(item: Item, columns: list[str]) -> Item:
         return item
     kept: Item = {}
     for column in columns:
-        value = dotted(item, column)
-        if value is None and not _has(item, column):
+        value = _lookup(item, column)
+        if value is _MISSING:
             continue
         target = kept
         *parents, last = column.split(".")
@@ -118,11 +127,3 @@ def _columns(item: Item, columns: list[str]) -> Item:
             target = target.setdefault(parent, {})
         target[last] = value
     return kept
-
-
-def _has(item: Mapping[str, Any], key: str) -> bool:
-    *parents, last = key.split(".")
-    value: Any = item
-    for part in parents:
-        value = value.get(part) if isinstance(value, Mapping) else None
-    return isinstance(value, Mapping) and last in value

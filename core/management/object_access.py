@@ -15,20 +15,15 @@ errors become HTTP replies, as in RabbitMQ.
 from __future__ import annotations
 
 import functools
-import inspect
-import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from lavin.api import errors
 from lavin.api.auth import Access, Permission, ResourceKind
-from lavin.api.printable import printable
 from lavin.broker.vhost import VHost
 from lavin.management.http import BROKER, ObjectNotFound, error_response
 from lavin.management.object_shapes import DEFAULT_EXCHANGE_PATH_NAME
 from lavin.management.requester import Requester, requester
-
-log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
@@ -58,42 +53,24 @@ class Permissions:
     request is short-lived: nothing to cache)."""
 
     def __init__(self, request: web.Request, vhost: str) -> None:
-        self.user = requester(request).user
+        self.requester = requester(request)
         self.vhost = vhost
 
     async def require(self, kind: ResourceKind, name: str, permission: Permission) -> None:
         """AccessRefused (RabbitMQ's text) unless the user may `permission` the queue or exchange."""
         if kind == "exchange" and not name:
             name = DEFAULT_EXCHANGE_PATH_NAME  # its name in permission checks too, as in RabbitMQ
-        if not await self._allows(Access(self.vhost, kind, name, permission)):
+        if not await self.requester.allows(Access(self.vhost, kind, name, permission)):
             raise errors.AccessRefused(
-                f"access to {kind} '{name}' in vhost '{self.vhost}' refused for user '{self._user_name}'"
+                f"access to {kind} '{name}' in vhost '{self.vhost}' refused for user '{self.requester.name}'"
             )
 
     async def require_topic(self, exchange: str, permission: Permission, routing_key: str) -> None:
-        if not await self._allows(Access(self.vhost, "topic", exchange, permission, routing_key)):
+        if not await self.requester.allows(Access(self.vhost, "topic", exchange, permission, routing_key)):
             raise errors.AccessRefused(
                 f"access to topic '{routing_key}' in exchange '{exchange}' in vhost '{self.vhost}' "
-                f"refused for user '{self._user_name}'"
+                f"refused for user '{self.requester.name}'"
             )
-
-    @property
-    def _user_name(self) -> str:
-        return "" if self.user is None else self.user.name
-
-    async def _allows(self, access: Access) -> bool:
-        if self.user is None:  # the control socket
-            return True
-        authorizer = self.user.authorizer
-        assert authorizer is not None  # User.__post_init__ sets one
-        try:
-            answer: object = authorizer.check(access)
-            if inspect.isawaitable(answer):
-                answer = await answer
-        except Exception:  # a broken authorizer refuses, as on the AMQP side
-            log.exception("authorizer of user '%s' failed on %s", printable(self.user.name), printable(repr(access)))
-            return False
-        return bool(answer)
 
 
 def direct_reply(handler: Handler) -> Handler:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import inspect
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -22,7 +23,10 @@ from typing import Final
 from aiohttp import web
 from lavin.api import errors
 from lavin.api.auth import Access, User
+from lavin.api.printable import printable
 from lavin.management.http import BROKER, Handler, reply
+
+log = logging.getLogger(__name__)
 
 MANAGEMENT_TAGS: Final = frozenset({"management", "policymaker", "monitoring", "administrator"})
 # RabbitMQ's realm: tools that match on it keep working.
@@ -69,14 +73,25 @@ class Requester:
         if not self.is_policymaker:
             raise NotAuthorised("Not policymaker user")
 
-    async def may_access_vhost(self, vhost: str) -> bool:
-        """Whether the user has permissions on `vhost` (its authorizer decides)."""
+    async def allows(self, access: Access) -> bool:
+        """The user's authorizer's answer (awaited when it comes later); a trusted request
+        may do anything, and an authorizer that fails refuses, as on the AMQP side."""
         if self.user is None:
             return True
         authorizer = self.user.authorizer
         assert authorizer is not None  # User.__post_init__ sets one
-        answer = authorizer.check(Access(vhost, "vhost"))
-        return bool(await answer) if inspect.isawaitable(answer) else bool(answer)
+        try:
+            answer: object = authorizer.check(access)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception:  # one broken check must not answer 500
+            log.exception("authorizer of user '%s' failed on %s", printable(self.user.name), printable(repr(access)))
+            return False
+        return bool(answer)
+
+    async def may_access_vhost(self, vhost: str) -> bool:
+        """Whether the user has permissions on `vhost` (its authorizer decides)."""
+        return await self.allows(Access(vhost, "vhost"))
 
     async def require_vhost(self, vhost: str) -> None:
         """401 unless the user may see `vhost`: any vhost for a monitor, else one it has

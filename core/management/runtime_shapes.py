@@ -8,7 +8,7 @@ import os
 import resource
 import shutil
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import lavin
 from lavin.broker.alarms import DISK, MEMORY, resident_memory
@@ -22,6 +22,9 @@ from lavin.broker.stats import (
     vhost_key,
 )
 from lavin.management.message_stats import message_stats_json, sampled_message_stats, with_rates
+
+# A count or a rate, for sums of either.
+Number = TypeVar("Number", int, float)
 
 # The RabbitMQ release whose management API this one answers as (tools compare it).
 RABBITMQ_VERSION: Final = "3.13.7"
@@ -155,14 +158,14 @@ def overview_json(
     node = node_name(broker)
     if everything:
         message_stats = sampled_message_stats(stats, OVERALL, stats.overall_counts(everyone))
-        queue_counts = stats.queue_totals(everyone)
+        queue_counts = stats.queue_totals(broker.vhosts, everyone)
     else:
         per_vhost = [(vhost, stats.vhost_counts(vhost, everyone)) for vhost in vhosts]
         message_stats = message_stats_json(
             _summed(counts for _, counts in per_vhost),
-            _summed_rates(stats.rates(vhost_key(vhost), counts) for vhost, counts in per_vhost),
+            _summed(stats.rates(vhost_key(vhost), counts) for vhost, counts in per_vhost),
         )
-        queue_counts = _queue_totals(broker, vhosts, connections)
+        queue_counts = stats.queue_totals(vhosts, connections)
     return {
         "management_version": RABBITMQ_VERSION,
         "rates_mode": "basic",
@@ -191,26 +194,13 @@ def overview_json(
     }
 
 
-def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
-    totals: dict[str, int] = {}
+def _summed(counts: Iterable[dict[str, Number]]) -> dict[str, Number]:
+    """Each key's values added up (counts or rates)."""
+    totals: dict[str, Number] = {}
     for each in counts:
         for key, value in each.items():
-            totals[key] = totals.get(key, 0) + value
+            totals[key] = totals[key] + value if key in totals else value
     return totals
-
-
-def _summed_rates(rates: Iterable[dict[str, float]]) -> dict[str, float]:
-    totals: dict[str, float] = {}
-    for each in rates:
-        for key, value in each.items():
-            totals[key] = totals.get(key, 0.0) + value
-    return totals
-
-
-def _queue_totals(broker: Broker, vhosts: list[str], connections: list[ConnectionSnapshot]) -> dict[str, int]:
-    ready = sum(queue.message_count for name in vhosts for queue in broker.vhosts[name].queues.values())
-    unacked = sum(channel.messages_unacknowledged for c in connections for channel in c.channels)
-    return {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
 
 
 def node_json(broker: Broker) -> dict[str, Any]:
