@@ -84,6 +84,57 @@ def main() -> None:
     show_envvar=True,
     help="Prometheus endpoint port (/metrics without authentication); -1: none.",
 )
+@click.option(
+    "--amqps-port",
+    type=click.IntRange(-1, 65535),
+    envvar="LAVIN_AMQPS_PORT",
+    default=DEFAULTS.amqps_port,
+    show_envvar=True,
+    help="AMQPS (AMQP over TLS) listener port, open when --tls-cert is set; -1: none.",
+)
+@click.option(
+    "--https-port",
+    type=click.IntRange(-1, 65535),
+    envvar="LAVIN_HTTPS_PORT",
+    default=DEFAULTS.https_port,
+    show_envvar=True,
+    help="Management API over HTTPS, open when --tls-cert is set; -1: none.",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LAVIN_TLS_CERT",
+    show_envvar=True,
+    help="The server's certificate chain (PEM); turns on the AMQPS and HTTPS listeners.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LAVIN_TLS_KEY",
+    show_envvar=True,
+    help="The certificate's private key (PEM), unless it is in the --tls-cert file.",
+)
+@click.option(
+    "--tls-ca-cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LAVIN_TLS_CA_CERT",
+    show_envvar=True,
+    help="CA certificates that client certificates are verified against (PEM).",
+)
+@click.option(
+    "--amqp-unix-path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LAVIN_AMQP_UNIX_PATH",
+    show_envvar=True,
+    help="Also take AMQP connections on this unix domain socket.",
+)
+@click.option(
+    "--http-unix-path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LAVIN_HTTP_UNIX_PATH",
+    show_envvar=True,
+    help="Also serve the management API on this unix domain socket.",
+)
 @config_file_option("INI file with [main], [amqp], [mgmt] and [plugin.NAME] sections; flags and env vars override it.")
 @click.option(
     "--plugin",

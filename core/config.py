@@ -10,6 +10,7 @@ lists them without importing any plugin code, and the plugin registry picks from
 from __future__ import annotations
 
 import configparser
+import ipaddress
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -51,6 +52,10 @@ class StartupError(Exception):
     The CLI prints the message and exits non-zero, without a traceback.
     """
 
+
+TLS_VERSIONS = ("1.2", "1.3")
+CERT_LOGIN_FIELDS = ("common_name", "distinguished_name", "subject_alternative_name")
+CERT_LOGIN_SAN_TYPES = ("dns", "ip", "email", "uri")
 
 # A listener port of -1 turns that listener off.
 DISABLED_PORT: Final = -1
@@ -101,6 +106,27 @@ class Config:
     metrics_http_port: int = 15692
     # ms between samples of the message statistics (RabbitMQ's collect_statistics_interval).
     collect_statistics_interval: int = 5000
+    # TLS (LavinMQ's and RabbitMQ's names): the AMQPS and HTTPS listeners open only when a
+    # certificate is set. The key may sit in the certificate file.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca_cert: Path | None = None
+    tls_min_version: str = "1.2"
+    tls_ciphers: str = ""  # OpenSSL's cipher list for TLS 1.2; "" keeps OpenSSL's
+    # Ask clients for a certificate and verify it against tls_ca_cert; refuse clients without one.
+    tls_verify_peer: bool = False
+    tls_fail_if_no_peer_cert: bool = False
+    # Where SASL EXTERNAL reads the user name from (RabbitMQ's ssl_cert_login_from, san_type, san_index).
+    tls_cert_login_from: str = "common_name"
+    tls_cert_login_san_type: str = "dns"
+    tls_cert_login_san_index: int = 0
+    amqps_port: int = 5671
+    https_port: int = 15671
+    amqp_unix_path: Path | None = None
+    http_unix_path: Path | None = None
+    # PROXY protocol v1/v2 headers, accepted from these addresses or networks only.
+    tcp_proxy_protocol: bool = False
+    proxy_protocol_trusted_sources: tuple[str, ...] = ()
     # plugin name -> its `[plugin.NAME]` section, handed to the plugin's lavin_configure hook
     plugin_settings: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -108,6 +134,10 @@ class Config:
         self.data_dir = Path(self.data_dir)
         self.control_unix_path = Path(self.control_unix_path) if self.control_unix_path else None
         self.load_definitions = Path(self.load_definitions) if self.load_definitions else None
+        for name in ("tls_cert", "tls_key", "tls_ca_cert", "amqp_unix_path", "http_unix_path"):
+            value = getattr(self, name)
+            setattr(self, name, Path(value) if value else None)
+        self.proxy_protocol_trusted_sources = tuple(self.proxy_protocol_trusted_sources)
         self.log_level = LOG_LEVEL_ALIASES.get(self.log_level.lower(), self.log_level.lower())
         self.plugins = tuple(self.plugins)
         self.auth_backends = tuple(self.auth_backends)
@@ -143,9 +173,30 @@ class Config:
             raise StartupError("auth_backends must name at least one backend")
         if not self.default_user:
             raise StartupError("default_user must not be empty")
-        for name in ("http_port", "metrics_http_port"):
+        self._check_tls()
+        if self.tcp_proxy_protocol and not self.proxy_protocol_trusted_sources:
+            raise StartupError("tcp_proxy_protocol needs proxy_protocol_trusted_sources (addresses or networks)")
+        for source in self.proxy_protocol_trusted_sources:
+            try:
+                ipaddress.ip_network(source, strict=False)
+            except ValueError:
+                raise StartupError(f"proxy_protocol_trusted_sources: {source!r} is not an address or network") from None
+        for name in ("http_port", "metrics_http_port", "amqps_port", "https_port"):
             if not DISABLED_PORT <= getattr(self, name) <= MAX_PORT:
                 raise StartupError(f"{name} must be a port number, 0 for any free port or -1 for none")
+
+    def _check_tls(self) -> None:
+        self.tls_min_version = self.tls_min_version.removeprefix("TLSv")
+        if self.tls_min_version not in TLS_VERSIONS:
+            raise StartupError(f"tls_min_version must be one of {', '.join(TLS_VERSIONS)}")
+        if self.tls_cert_login_from not in CERT_LOGIN_FIELDS:
+            raise StartupError(f"tls_cert_login_from must be one of {', '.join(CERT_LOGIN_FIELDS)}")
+        if self.tls_cert_login_san_type not in CERT_LOGIN_SAN_TYPES:
+            raise StartupError(f"tls_cert_login_san_type must be one of {', '.join(CERT_LOGIN_SAN_TYPES)}")
+        if self.tls_cert_login_san_index < 0:
+            raise StartupError("tls_cert_login_san_index must not be negative")
+        if self.tls_verify_peer and self.tls_ca_cert is None:
+            raise StartupError("tls_verify_peer needs tls_ca_cert, the CA that signs client certificates")
 
     @property
     def control_socket_path(self) -> Path:
@@ -232,10 +283,26 @@ INI_KEYS: Mapping[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "metrics_http_bind"): ("metrics_http_bind", str),
     ("main", "metrics_http_port"): ("metrics_http_port", int),
     ("main", "collect_statistics_interval"): ("collect_statistics_interval", int),
+    ("main", "tls_cert"): ("tls_cert", _optional_path),
+    ("main", "tls_key"): ("tls_key", _optional_path),
+    ("main", "tls_ca_cert"): ("tls_ca_cert", _optional_path),
+    ("main", "tls_min_version"): ("tls_min_version", str),
+    ("main", "tls_ciphers"): ("tls_ciphers", str),
+    ("main", "tls_verify_peer"): ("tls_verify_peer", parse_boolean),
+    ("main", "tls_fail_if_no_peer_cert"): ("tls_fail_if_no_peer_cert", parse_boolean),
+    ("main", "tls_cert_login_from"): ("tls_cert_login_from", str),
+    ("main", "tls_cert_login_san_type"): ("tls_cert_login_san_type", str),
+    ("main", "tls_cert_login_san_index"): ("tls_cert_login_san_index", int),
     ("mgmt", "bind"): ("http_bind", str),
     ("mgmt", "port"): ("http_port", int),
+    ("mgmt", "tls_port"): ("https_port", int),
+    ("mgmt", "unix_path"): ("http_unix_path", _optional_path),
     ("amqp", "bind"): ("bind", str),
     ("amqp", "port"): ("amqp_port", int),
+    ("amqp", "tls_port"): ("amqps_port", int),
+    ("amqp", "unix_path"): ("amqp_unix_path", _optional_path),
+    ("amqp", "tcp_proxy_protocol"): ("tcp_proxy_protocol", parse_boolean),
+    ("amqp", "proxy_protocol_trusted_sources"): ("proxy_protocol_trusted_sources", _comma_list),
     ("amqp", "heartbeat"): ("heartbeat", int),
     ("amqp", "frame_max"): ("frame_max", int),
     ("amqp", "channel_max"): ("channel_max", int),

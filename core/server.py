@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import gc
 import logging
@@ -14,12 +15,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lavin.amqp.connection import Connection
 from lavin.broker.broker import Broker
 from lavin.config import Config, StartupError
+from lavin.listeners import AmqpListeners
 from lavin.management.definitions import load_definitions_file
 from lavin.management.plane import ManagementPlane
 from lavin.plugin_registry import Registry, load_registry
+from lavin.transport.tls import TlsCertificates, TlsSetupError
 
 log = logging.getLogger(__name__)
 
@@ -121,17 +123,32 @@ def tune_garbage_collector() -> None:
 class RunningBroker:
     """A broker that recovered its data and listens; `stop` shuts it down gracefully."""
 
-    def __init__(self, broker: Broker, server: asyncio.Server, registry: Registry, management: ManagementPlane) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        listeners: AmqpListeners,
+        registry: Registry,
+        management: ManagementPlane,
+        certificates: TlsCertificates | None,
+    ) -> None:
         self.broker = broker
-        self.server = server
+        self.listeners = listeners
         self.registry = registry
         self.management = management
+        self.certificates = certificates
 
     @property
     def amqp_port(self) -> int:
         """The port the AMQP listener got (the one configured, or a free one for port 0)."""
-        port: int = self.server.sockets[0].getsockname()[1]
-        return port
+        return self.listeners.amqp_port
+
+    def reload_certificates(self) -> None:
+        """SIGHUP: new TLS connections get the certificate files as they are now."""
+        if self.certificates is None:
+            log.info("SIGHUP: no TLS certificates to reload")
+            return
+        with contextlib.suppress(TlsSetupError):  # logged; the current ones stay
+            self.certificates.reload()
 
     @property
     def http_port(self) -> int | None:
@@ -143,10 +160,10 @@ class RunningBroker:
         log.info("Shutting down")
         self.registry.hooks.lavin_shutdown(broker=self.broker)
         await self.management.stop()
-        self.server.close()
+        self.listeners.close()
         await self.broker.shutdown()
         try:
-            await asyncio.wait_for(self.server.wait_closed(), LISTENER_CLOSE_TIMEOUT)
+            await asyncio.wait_for(self.listeners.wait_closed(), LISTENER_CLOSE_TIMEOUT)
         except TimeoutError:
             log.warning("Listener did not close within %s s", LISTENER_CLOSE_TIMEOUT)
 
@@ -156,9 +173,11 @@ async def start_broker(config: Config, registry: Registry) -> RunningBroker:
     AMQP listener, and run the start-up hooks."""
     loop = asyncio.get_running_loop()
     log.info("Lavin starting, data dir %s, event loop %s", config.data_dir, type(loop).__module__)
+    certificates = load_certificates(config)
     broker = Broker(config, registry)
     await broker.start()
-    management = ManagementPlane(broker, config)
+    listeners = AmqpListeners(broker, config, certificates)
+    management = ManagementPlane(broker, config, certificates=certificates, amqp_connection=listeners.connection)
     try:
         if config.load_definitions is not None:
             load_definitions_file(broker, config.load_definitions)
@@ -168,24 +187,32 @@ async def start_broker(config: Config, registry: Registry) -> RunningBroker:
         raise
     tune_garbage_collector()
     try:
-        server = await loop.create_server(lambda: Connection(broker), config.bind, config.amqp_port, reuse_address=True)
-    except OSError as exc:
+        await listeners.start()
+    except StartupError:
         await management.stop()
         await broker.shutdown()
-        raise StartupError(f"cannot listen on {config.bind}:{config.amqp_port}: {exc}") from exc
-    for listening_socket in server.sockets:
-        host, port = listening_socket.getsockname()[:2]
-        log.info("Listening on amqp://%s:%s", host, port)
-        broker.listeners.append(("amqp", host, port))
+        raise
     if management.http is not None:
         broker.listeners.append(("http", management.http.bind, management.http.port))
+        if management.http.tls_port is not None:
+            broker.listeners.append(("https", management.http.bind, management.http.tls_port))
     if management.metrics is not None:  # RabbitMQ's name for the prometheus listener
         broker.listeners.append(("http/prometheus", management.metrics.bind, management.metrics.port))
     registry.hooks.lavin_startup(broker=broker)
     enabled = [plugin.name for plugin in registry.loaded if plugin.state == "enabled"]
     names = ": " + ", ".join(enabled) if enabled else ""
     log.info("Server startup complete; %d plugins started%s", len(enabled), names)
-    return RunningBroker(broker, server, registry, management)
+    return RunningBroker(broker, listeners, registry, management, certificates)
+
+
+def load_certificates(config: Config) -> TlsCertificates | None:
+    """The TLS certificates the AMQPS and HTTPS listeners use; None without tls_cert."""
+    if config.tls_cert is None:
+        return None
+    try:
+        return TlsCertificates(config)
+    except TlsSetupError as exc:
+        raise StartupError(f"TLS settings not usable: {exc}") from None
 
 
 async def run_broker(config: Config, registry: Registry) -> None:
@@ -194,6 +221,7 @@ async def run_broker(config: Config, registry: Registry) -> None:
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, stop_requested.set)
     running = await start_broker(config, registry)
+    loop.add_signal_handler(signal.SIGHUP, running.reload_certificates)
     await stop_requested.wait()
     # A second signal now takes the default action, so a stuck shutdown can be interrupted.
     for signum in STOP_SIGNALS:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import platform
+import ssl
 import struct
 import sys
 import time
@@ -29,12 +30,15 @@ from lavin.broker.broker import Broker
 from lavin.broker.flow import PublisherFlow
 from lavin.broker.stats import ConnectionSnapshot
 from lavin.broker.vhost import VHost
+from lavin.transport.certificates import external_login_name, tls_details
 from pamqp import commands
 from pamqp.common import FieldTable
 
 log = logging.getLogger(__name__)
 
 FRAME_MIN_SIZE: Final = 4096
+TLS_HANDSHAKE_RECORD: Final = 0x16  # the first byte a TLS client sends
+PROXY_V2_SIGNATURE_START: Final = b"\r\n\r\n\x00\r\nQ"
 CLOSE_TIMEOUT: Final = 3.0
 # A refused login is answered this many seconds late, so that guessing passwords is slow;
 # RabbitMQ waits 3 s before it drops a connection whose handshake failed.
@@ -199,6 +203,7 @@ class Connection(asyncio.Protocol):
         # Logged once the client sent something, as RabbitMQ does: port probes stay quiet.
         log.info("accepting AMQP connection %s", self.name)
         if header != codec.PROTOCOL_HEADER:
+            self._log_foreign_header(header)
             # The spec's answer to a header we don't speak: ours, then close.
             if self.transport is not None:
                 self.transport.write(codec.PROTOCOL_HEADER)
@@ -208,6 +213,14 @@ class Connection(asyncio.Protocol):
         self._send_start()
         self.state = AWAIT_START_OK
         return True
+
+    def _log_foreign_header(self, header: bytes) -> None:
+        """Name the two mistakes a header reveals: a TLS client on the plain port, a load
+        balancer sending the PROXY protocol where it is not turned on."""
+        if header[0] == TLS_HANDSHAKE_RECORD:
+            log.warning("TLS handshake from %s on the plain AMQP port: closed", self.peer)
+        elif header.startswith(b"PROXY ") or header == PROXY_V2_SIGNATURE_START:
+            log.warning("PROXY protocol header from %s, where tcp_proxy_protocol is off: closed", self.peer)
 
     def _parse_frames(self, data: bytes) -> int:
         """Dispatch every complete frame in `data`; return how many bytes they took."""
@@ -357,7 +370,7 @@ class Connection(asyncio.Protocol):
                 "cluster_name": self.broker.config.bind,
                 "capabilities": SERVER_CAPABILITIES,
             },
-            mechanisms="PLAIN AMQPLAIN",
+            mechanisms="PLAIN AMQPLAIN EXTERNAL" if self._tls() is not None else "PLAIN AMQPLAIN",
             locales="en_US",
         )
         self.send(codec.method_frame(0, start))
@@ -427,8 +440,20 @@ class Connection(asyncio.Protocol):
         capabilities = self.client_properties.get("capabilities")
         return isinstance(capabilities, dict) and bool(capabilities.get(capability))
 
-    @staticmethod
-    def _credentials(mechanism: str, response: str | bytes) -> tuple[str, str]:
+    def _tls(self) -> ssl.SSLObject | None:
+        """The TLS session the client's bytes arrive through (on AMQPS, or WebSocket over HTTPS)."""
+        if self.transport is None:
+            return None
+        tls: ssl.SSLObject | None = self.transport.get_extra_info("ssl_object")
+        return tls
+
+    def _credentials(self, mechanism: str, response: str | bytes) -> tuple[str, str | None]:
+        """The user name and password; no password for EXTERNAL, whose user the client's
+        verified certificate names."""
+        if mechanism == "EXTERNAL":
+            config = self.broker.config
+            login = config.tls_cert_login_from, config.tls_cert_login_san_type, config.tls_cert_login_san_index
+            return external_login_name(self._tls(), *login), None
         raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
         if mechanism == "PLAIN":
             parts = raw.split(b"\x00")
@@ -595,6 +620,7 @@ class Connection(asyncio.Protocol):
         transport = self.transport if self.state != CLOSED else None
         peer = transport.get_extra_info("peername") if transport is not None else None
         local = transport.get_extra_info("sockname") if transport is not None else None
+        tls = self._tls() if transport is not None else None
         return ConnectionSnapshot(
             self,
             self.peer_host,
@@ -613,6 +639,7 @@ class Connection(asyncio.Protocol):
             self.recv_oct,
             self.send_oct,
             [channel.snapshot() for channel in self.channels.values()],
+            tls_details(tls) if tls is not None else None,
         )
 
     # ---- writing -------------------------------------------------------------------------

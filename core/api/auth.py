@@ -169,6 +169,12 @@ class AuthBackend(ABC):
         """Return the user; None for "not mine" (the next backend is asked); raise
         AccessRefused to refuse the login outright (the reason goes to the log only)."""
 
+    async def authenticate_by_certificate(self, username: str, peer_host: str) -> User | None:
+        """SASL EXTERNAL: the client's verified TLS certificate names `username`, so no
+        password is checked. Return the user, or None for "not mine" (the default: the
+        backend takes no such logins); raise AccessRefused to refuse outright."""
+        return None
+
     async def update_secret(self, user: User, secret: str) -> User:
         """`connection.update-secret`: the user with the new secret (an OAuth2 backend
         verifies the new token and returns the user with its new scopes and expiry).

@@ -114,12 +114,18 @@ class Broker(AuthContext):
         user, _ = await self.login(username, password, peer_host, mechanism)
         return user
 
-    async def login(self, username: str, password: str, peer_host: str, mechanism: str) -> tuple[User, AuthBackend]:
-        """`authenticate`, and the backend that knew the user: it checks the user's new
-        secrets (connection.update-secret)."""
+    async def login(
+        self, username: str, password: str | None, peer_host: str, mechanism: str
+    ) -> tuple[User, AuthBackend]:
+        """`authenticate` (`authenticate_by_certificate` without a password: SASL EXTERNAL),
+        and the backend that knew the user: it checks the user's new secrets
+        (connection.update-secret)."""
         for backend in self.auth_backends:
             try:
-                user = await backend.authenticate(username, password, peer_host)
+                if password is None:
+                    user = await backend.authenticate_by_certificate(username, peer_host)
+                else:
+                    user = await backend.authenticate(username, password, peer_host)
             except errors.AccessRefused as exc:
                 log.warning(
                     "login of user '%s' from %s refused: %s", printable(username), peer_host, printable(exc.text)

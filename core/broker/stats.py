@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lavin.transport.certificates import TlsDetails
+
 if TYPE_CHECKING:
     from lavin.broker.broker import Broker
 
@@ -95,6 +97,7 @@ class ConnectionSnapshot:
     recv_oct: int
     send_oct: int
     channels: list[ChannelSnapshot] = field(default_factory=list)
+    tls: TlsDetails | None = None  # None: not a TLS connection
 
     @property
     def name(self) -> str:

@@ -246,3 +246,12 @@ def delete_queue(s: Session, vhost: str, name: str, if_empty: bool, if_unused: b
         raise BadUsage("Queue is in use")
     s.client.expect(response, not_found)
     click.echo(f"Queue was successfully deleted with {ready} ready messages")
+
+
+@ctl.command("reload_tls")
+@click.pass_obj
+def reload_tls(s: Session) -> None:
+    """Read the TLS certificate, key and CA files again (as SIGHUP does): new TLS connections
+    get them, open ones keep theirs. On failure the current ones stay."""
+    s.info("Reloading TLS certificates ...")
+    s.client.expect(s.client.request("POST", path("tls", "reload")))

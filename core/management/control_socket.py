@@ -5,17 +5,12 @@ it asks for no password; `lavin ctl` talks to it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import socket
-import stat
 from pathlib import Path
 
 from aiohttp import web
-from lavin.broker.broker import Broker
-from lavin.config import StartupError
-from lavin.management.app import build_app
+from lavin.transport.unix import bind_unix_socket, unlink_socket
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +25,10 @@ class ControlSocket:
     is too long for a unix socket stops start-up; the default one, in a deep data dir, only
     leaves the broker without a control socket, with a warning."""
 
-    def __init__(self, broker: Broker, path: Path, *, configured: bool) -> None:
+    def __init__(self, app: web.Application, path: Path, *, configured: bool) -> None:
         self.path = path
         self.configured = configured
-        self._runner = web.AppRunner(build_app(broker, trusted=True), access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         self._inode: int | None = None
 
     async def start(self) -> None:
@@ -44,7 +39,7 @@ class ControlSocket:
                 MAX_PATH_BYTES,
             )
             return
-        listening = bind_private_socket(self.path)
+        listening = bind_unix_socket(self.path, "control socket", SOCKET_MODE)
         self._inode = os.stat(self.path).st_ino
         await self._runner.setup()
         await web.SockSite(self._runner, listening, backlog=BACKLOG).start()
@@ -54,40 +49,4 @@ class ControlSocket:
         if self._inode is None:
             return
         await self._runner.cleanup()
-        # Only our own file: another broker may have taken the path since.
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(self.path).st_ino == self._inode:
-                self.path.unlink()
-
-
-def bind_private_socket(path: Path) -> socket.socket:
-    """A unix socket bound at `path` with mode 0600 from the start (no moment at which
-    others could connect); a socket file left by a broker that died is replaced."""
-    remove_stale_socket(path)
-    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    previous_umask = os.umask(0o777 & ~SOCKET_MODE)
-    try:
-        listening.bind(str(path))
-    except OSError as exc:
-        listening.close()
-        raise StartupError(f"cannot create control socket {path}: {exc.strerror or exc}") from None
-    finally:
-        os.umask(previous_umask)
-    os.chmod(path, SOCKET_MODE)
-    return listening
-
-
-def remove_stale_socket(path: Path) -> None:
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise StartupError(f"control socket path {path} exists and is not a socket")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            path.unlink()  # nobody listens: left by a broker that died
-            return
-    raise StartupError(f"control socket {path} is in use by another process")
+        unlink_socket(self.path, self._inode)

@@ -1,7 +1,11 @@
 """The management plane's listeners: the control socket (`lavin ctl`), the management
-HTTP API and web UI, and the Prometheus endpoint."""
+HTTP API and web UI (over TCP, TLS and a unix socket; AMQP over WebSocket too), and the
+Prometheus endpoint."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
 
 from lavin.broker.broker import Broker
 from lavin.config import DISABLED_PORT, Config
@@ -10,20 +14,43 @@ from lavin.management.control_socket import ControlSocket
 from lavin.management.listener import HttpListener
 from lavin.management.metrics_routes import build_metrics_app
 from lavin.management.metrics_sources import ConnectionChurn
+from lavin.transport.tls import TlsCertificates
 
 
 class ManagementPlane:
-    def __init__(self, broker: Broker, config: Config) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        config: Config,
+        *,
+        certificates: TlsCertificates | None = None,
+        amqp_connection: Callable[[], asyncio.Protocol] | None = None,
+    ) -> None:
+        """`certificates`: the HTTPS listener's, which the API reloads; `amqp_connection`
+        makes the AMQP connection a WebSocket on /ws/amqp carries."""
         self.broker = broker
         self.churn = ConnectionChurn()  # counted from now on, for the metrics
         self.churn.register(broker)
+        control_app = build_app(broker, trusted=True, certificates=certificates)
         self.control = ControlSocket(
-            broker, config.control_socket_path, configured=config.control_unix_path is not None
+            control_app, config.control_socket_path, configured=config.control_unix_path is not None
         )
         self.http: HttpListener | None = None
         if config.http_port != DISABLED_PORT:
-            app = build_app(broker, trusted=False)
-            self.http = HttpListener(app, config.http_bind, config.http_port, "management API and web UI")
+            app = build_app(
+                broker, trusted=False, certificates=certificates, websocket_protocol_factory=amqp_connection
+            )
+            https = None
+            if certificates is not None and config.https_port != DISABLED_PORT:
+                https = (config.https_port, certificates)
+            self.http = HttpListener(
+                app,
+                config.http_bind,
+                config.http_port,
+                "management API and web UI",
+                tls=https,
+                unix_path=config.http_unix_path,
+            )
         self.metrics: HttpListener | None = None
         if config.metrics_http_port != DISABLED_PORT:
             self.metrics = HttpListener(

@@ -22,6 +22,7 @@ from lavin.broker.stats import (
     vhost_key,
 )
 from lavin.management.message_stats import message_stats_json, sampled_message_stats, with_rates
+from lavin.transport.certificates import TlsDetails
 
 # A count or a rate, for sums of either.
 Number = TypeVar("Number", int, float)
@@ -60,14 +61,7 @@ def connection_json(broker: Broker, connection: ConnectionSnapshot) -> dict[str,
         "port": connection.port,
         "protocol": PROTOCOL,
         "auth_mechanism": connection.auth_mechanism,
-        "ssl": False,
-        "ssl_protocol": None,
-        "ssl_key_exchange": None,
-        "ssl_cipher": None,
-        "ssl_hash": None,
-        "peer_cert_subject": None,
-        "peer_cert_issuer": None,
-        "peer_cert_validity": None,
+        **tls_fields(connection.tls),
         "client_properties": connection.client_properties,
         "connected_at": connection.connected_at,
         "timeout": connection.heartbeat,
@@ -79,6 +73,20 @@ def connection_json(broker: Broker, connection: ConnectionSnapshot) -> dict[str,
     if user_provided is not None:
         shaped["user_provided_name"] = user_provided
     return shaped
+
+
+def tls_fields(tls: TlsDetails | None) -> dict[str, Any]:
+    """RabbitMQ's ssl_* and peer_cert_* fields (key exchange and hash are not told apart)."""
+    return {
+        "ssl": tls is not None,
+        "ssl_protocol": tls.protocol if tls else None,
+        "ssl_key_exchange": None,
+        "ssl_cipher": tls.cipher if tls else None,
+        "ssl_hash": None,
+        "peer_cert_subject": tls.peer_cert_subject if tls else None,
+        "peer_cert_issuer": tls.peer_cert_issuer if tls else None,
+        "peer_cert_validity": tls.peer_cert_validity if tls else None,
+    }
 
 
 def connection_details(connection: ConnectionSnapshot) -> dict[str, Any]:

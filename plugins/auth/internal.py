@@ -57,9 +57,7 @@ class InternalAuth(AuthBackend):
         self._context = context
 
     async def authenticate(self, username: str, password: str, peer_host: str) -> User | None:
-        context = self._context
-        if context is None:
-            raise RuntimeError("the internal auth backend was not configured")
+        context = self._configured()
         stored = context.stored_user(username)
         if stored is None:
             return None
@@ -67,8 +65,22 @@ class InternalAuth(AuthBackend):
             raise AccessRefused(f"user '{username}' has no password")
         if not context.verify_password(stored, password):
             raise AccessRefused(f"user '{username}' - invalid credentials")
-        if self._loopback_only(context, username) and not is_loopback(peer_host):
-            raise AccessRefused(f"user '{username}' can only connect via localhost")
+        return self._user(context, stored, peer_host)
+
+    async def authenticate_by_certificate(self, username: str, peer_host: str) -> User | None:
+        """As RabbitMQ's internal backend: a user of that name must exist; its password is not asked."""
+        context = self._configured()
+        stored = context.stored_user(username)
+        return None if stored is None else self._user(context, stored, peer_host)
+
+    def _configured(self) -> AuthContext:
+        if self._context is None:
+            raise RuntimeError("the internal auth backend was not configured")
+        return self._context
+
+    def _user(self, context: AuthContext, stored: StoredUser, peer_host: str) -> User:
+        if self._loopback_only(context, stored.name) and not is_loopback(peer_host):
+            raise AccessRefused(f"user '{stored.name}' can only connect via localhost")
         known = self._users.get(stored.name)
         if known is not None and known[0] is stored:
             return known[1]
