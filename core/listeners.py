@@ -21,6 +21,7 @@ from lavin.transport.unix import bind_unix_socket, unlink_socket
 log = logging.getLogger(__name__)
 
 ProtocolFactory = Callable[[], asyncio.Protocol]
+RABBITMQ_PROTOCOL_NAMES = {"amqps": "amqp/ssl"}  # as the API's listeners name them
 
 
 class AmqpListeners:
@@ -74,7 +75,7 @@ class AmqpListeners:
         for listening_socket in server.sockets:
             host, bound_port = listening_socket.getsockname()[:2]
             log.info("Listening on %s://%s:%s", scheme, host, bound_port)
-            self.broker.listeners.append((scheme, host, bound_port))
+            self.broker.listeners.append((RABBITMQ_PROTOCOL_NAMES.get(scheme, scheme), host, bound_port))
         return server
 
     async def _listen_unix(self, path: Path) -> None:

@@ -192,12 +192,14 @@ async def start_broker(config: Config, registry: Registry) -> RunningBroker:
         await management.stop()
         await broker.shutdown()
         raise
-    if management.http is not None:
-        broker.listeners.append(("http", management.http.bind, management.http.port))
-        if management.http.tls_port is not None:
-            broker.listeners.append(("https", management.http.bind, management.http.tls_port))
-    if management.metrics is not None:  # RabbitMQ's name for the prometheus listener
-        broker.listeners.append(("http/prometheus", management.metrics.bind, management.metrics.port))
+    http = management.http
+    if http is not None:
+        for scheme, maybe_port in (("http", http.port), ("https", http.tls_port)):
+            if maybe_port is not None:
+                broker.listeners.append((scheme, http.bind, maybe_port))
+    metrics = management.metrics
+    if metrics is not None and metrics.port is not None:  # RabbitMQ's name for the prometheus listener
+        broker.listeners.append(("http/prometheus", metrics.bind, metrics.port))
     registry.hooks.lavin_startup(broker=broker)
     enabled = [plugin.name for plugin in registry.loaded if plugin.state == "enabled"]
     names = ": " + ", ".join(enabled) if enabled else ""

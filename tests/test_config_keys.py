@@ -12,16 +12,20 @@ Keys covered elsewhere:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
+import click
 import pika
 import pytest
 from broker_process import BrokerProcess, free_port, hermetic_env
 from helpers import closes_channel, open_session
+from lavin import cli as lavin_cli
 from lavin.config import INI_KEYS, Config, StartupError
 from lavin.wire_client import PROTOCOL_HEADER, Connection, connect
 from pamqp import commands
@@ -259,10 +263,70 @@ def test_auth_backends_are_asked_in_the_configured_order(tmp_path: Path, configu
 # --- the documented keys are the keys -----------------------------------------------------
 
 
-def test_docs_list_exactly_the_keys_the_loader_reads() -> None:
-    table_row = re.compile(r"^\| `\[(\w+)\]` \| `([\w.]+)` \|", re.MULTILINE)
-    documented = set(table_row.findall((REPO_ROOT / "docs" / "cli.md").read_text()))
-    assert documented == set(INI_KEYS)
+SETTINGS_HEADER = "| section | key | flag | env var | default | meaning |"
+NOT_SET_THERE = "—"  # the cell of a column the setting has no entry in
+
+
+class SettingRow(NamedTuple):
+    ini_key: tuple[str, str] | None
+    flag: str | None
+    env_var: str | None
+    default: str
+
+
+def settings_table() -> list[SettingRow]:
+    """The rows of the table of every setting in docs/configuration.md."""
+    lines = (REPO_ROOT / "docs" / "configuration.md").read_text().splitlines()
+    start = lines.index(SETTINGS_HEADER) + 2  # after the header and its |---| line
+    rows = []
+    for line in itertools.takewhile(lambda line: line.startswith("|"), lines[start:]):
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        section, key, flag, env_var, default = (None if cell == NOT_SET_THERE else cell for cell in cells[:5])
+        ini_key = None
+        if section is not None and key is not None:
+            ini_key = (section.strip("`[]"), key.strip("`"))
+        # `--data-dir DIR` -> --data-dir
+        rows.append(SettingRow(ini_key, flag and flag.strip("`").split()[0], env_var and env_var.strip("`"), default))
+    return rows
+
+
+def serve_options() -> list[click.Option]:
+    return [param for param in lavin_cli.serve.params if isinstance(param, click.Option) and param.name != "help"]
+
+
+def test_the_settings_table_lists_exactly_the_keys_the_loader_reads() -> None:
+    documented = [row.ini_key for row in settings_table() if row.ini_key is not None]
+    assert sorted(documented) == sorted(INI_KEYS)
+
+
+def test_the_settings_table_lists_every_serve_flag_with_its_env_var_and_key() -> None:
+    rows = {row.flag: row for row in settings_table() if row.flag is not None}
+    options = {option.opts[0]: option for option in serve_options()}
+    assert sorted(rows) == sorted(options)
+    fields_by_key = {key: field_name for key, (field_name, _) in INI_KEYS.items()}
+    for flag, option in options.items():
+        row = rows[flag]
+        assert row.env_var == option.envvar, flag
+        # the key on the flag's row sets the same Config field as the flag
+        assert (fields_by_key[row.ini_key] if row.ini_key else None) == (
+            option.name if option.name in fields_by_key.values() else None
+        ), flag
+
+
+def test_the_settings_table_shows_the_defaults_in_force() -> None:
+    fields_by_key = {key: field_name for key, (field_name, _) in INI_KEYS.items()}
+    defaults = Config()
+    for row in settings_table():
+        if row.ini_key is None:
+            continue
+        value = getattr(defaults, fields_by_key[row.ini_key])
+        if isinstance(value, bool):
+            assert row.default == f"`{str(value).lower()}`", row
+        elif isinstance(value, int | float) or (isinstance(value, str) and value):
+            assert row.default.startswith(f"`{value}`"), row
+
+
+def test_the_readme_example_uses_keys_the_loader_reads() -> None:
     readme_example = (REPO_ROOT / "README.md").read_text().partition("```ini")[2].partition("```")[0]
     section = ""
     for line in filter(None, map(str.strip, readme_example.splitlines())):

@@ -385,6 +385,7 @@ class Connection(asyncio.Protocol):
         try:
             username, password = self._credentials(method.mechanism, method.response or "")
         except errors.ConnectionAccessRefused as exc:
+            log.warning("login from %s refused: %s", self.peer, printable(exc.text))
             self._refuse_login(exc)
             return
         self.state = AUTHENTICATING

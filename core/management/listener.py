@@ -1,6 +1,6 @@
 """An HTTP listener: one aiohttp application (the management API and web UI, or the
-Prometheus endpoint) on a TCP address, and optionally over TLS and on a unix socket.
-Port 0 takes any free port (`port` and `tls_port` then say which)."""
+Prometheus endpoint) on a TCP address, over TLS, on a unix socket, or any of these.
+Port 0 takes any free port (`port` and `tls_port` then say which); None: no plain HTTP."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class HttpListener:
         self,
         app: web.Application,
         bind: str,
-        port: int,
+        port: int | None,
         what: str,
         *,
         tls: tuple[int, TlsCertificates] | None = None,
@@ -80,10 +80,11 @@ class HttpListener:
             raise
 
     async def _start_sites(self) -> None:
-        site = web.TCPSite(self._runner, self.bind, self.port, backlog=BACKLOG, reuse_address=True)
-        await self._start_site(site, f"{self.bind}:{self.port}")
-        host, self.port = self._runner.addresses[0][:2]
-        log.info("Listening on http://%s:%s (%s)", host, self.port, self.what)
+        if self.port is not None:
+            site = web.TCPSite(self._runner, self.bind, self.port, backlog=BACKLOG, reuse_address=True)
+            await self._start_site(site, f"{self.bind}:{self.port}")
+            host, self.port = self._runner.addresses[0][:2]
+            log.info("Listening on http://%s:%s (%s)", host, self.port, self.what)
         if self.tls is not None:
             port, certificates = self.tls
             tls_site = TlsSite(self._runner, self.bind, port, certificates)

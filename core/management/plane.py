@@ -36,17 +36,18 @@ class ManagementPlane:
             control_app, config.control_socket_path, configured=config.control_unix_path is not None
         )
         self.http: HttpListener | None = None
-        if config.http_port != DISABLED_PORT:
+        https = None
+        if certificates is not None and config.https_port != DISABLED_PORT:
+            https = (config.https_port, certificates)
+        http_port = None if config.http_port == DISABLED_PORT else config.http_port
+        if http_port is not None or https is not None or config.http_unix_path is not None:
             app = build_app(
                 broker, trusted=False, certificates=certificates, websocket_protocol_factory=amqp_connection
             )
-            https = None
-            if certificates is not None and config.https_port != DISABLED_PORT:
-                https = (config.https_port, certificates)
             self.http = HttpListener(
                 app,
                 config.http_bind,
-                config.http_port,
+                http_port,
                 "management API and web UI",
                 tls=https,
                 unix_path=config.http_unix_path,

@@ -25,6 +25,7 @@ from lavin.api import errors
 from lavin.api.auth import Access, User
 from lavin.api.printable import printable
 from lavin.management.http import BROKER, Handler, reply
+from lavin.transport.unix import UNIX_CLIENT
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ async def authenticate_requests(request: web.Request, handler: Handler) -> web.S
     if credentials is None:
         return not_authorised("Not_Authorized")
     username, password = credentials
-    peer = request.remote or ""
+    peer = request.remote or UNIX_CLIENT[0]  # only a unix socket's client has no address
     try:
         user = await request.app[BROKER].authenticate(username, password, peer, "PLAIN")
     except errors.ConnectionAccessRefused:

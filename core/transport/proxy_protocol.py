@@ -15,6 +15,8 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
+from lavin.transport.unix import UNIX_CLIENT
+
 log = logging.getLogger(__name__)
 
 V1_PREFIX = b"PROXY "
@@ -148,9 +150,6 @@ class TransportView:
         return self._transport.get_extra_info(name, default)
 
 
-LOCAL_PEER: Address = ("127.0.0.1", 0)  # how a unix socket's client is named: a local one
-
-
 class ProxyHeaderReader(asyncio.Protocol):
     """Reads a PROXY header, if one comes, then hands the socket to the protocol `make`
     returns (which from then on gets the socket's data directly)."""
@@ -168,7 +167,7 @@ class ProxyHeaderReader(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         self.peername = transport.get_extra_info("peername")
         if not isinstance(self.peername, tuple):  # a unix socket: no address
-            self.peername = LOCAL_PEER
+            self.peername = UNIX_CLIENT
         self.peer = f"{self.peername[0]}:{self.peername[1]}"
         self._timer = asyncio.get_running_loop().call_later(HEADER_TIMEOUT, self._timed_out)
 

@@ -11,6 +11,10 @@ from pathlib import Path
 
 from lavin.config import StartupError
 
+# How a unix socket's client is named, having no address: a local one, so that the
+# loopback-only rule lets it in (LavinMQ does the same).
+UNIX_CLIENT: tuple[str, int] = ("127.0.0.1", 0)
+
 
 def bind_unix_socket(path: Path, what: str, mode: int | None = None) -> socket.socket:
     """A unix socket bound at `path`; with `mode`, it has that mode from the start (no
