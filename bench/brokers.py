@@ -1,12 +1,15 @@
-"""Brokers for `bench/compare`: a Lavin and a private RabbitMQ node, each on a free port.
+"""Brokers for `bench/compare`: a Lavin and a private RabbitMQ node, each on free ports.
 
 Neither touches anything outside its temporary directory: Lavin gets its own data dir,
-RabbitMQ its own mnesia, log, cookie (HOME) and plugin files, listens on loopback only,
-runs no plugins, and ignores whatever /etc/rabbitmq holds.
+RabbitMQ its own mnesia, log, cookie (HOME), plugin and config files, listens on loopback
+only, runs no plugins, and ignores whatever /etc/rabbitmq holds. Given `Certificates`
+(made at run time by `write_certificates`) both also listen for AMQPS with the same
+certificate and ask clients for none.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import shutil
 import signal
@@ -23,6 +26,22 @@ RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 EPMD_PORT = 4369
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 60.0
+CERTIFICATE_DAYS = "2"
+# The server's names: lavin-perf checks the certificate against the CA and 127.0.0.1.
+SERVER_EXTENSIONS = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+
+
+class Transport(enum.Enum):
+    AMQP = "AMQP over TCP"
+    AMQPS = "AMQPS"
+    WEBSOCKET = "AMQP over WebSocket"
+
+
+@dataclass(frozen=True)
+class Certificates:
+    ca: Path
+    cert: Path
+    key: Path
 
 
 @dataclass(frozen=True)
@@ -30,10 +49,42 @@ class Broker:
     name: str
     port: int
     pid: int  # the process whose /proc entry covers all of the broker's threads
+    amqps_port: int | None = None
+    ca: Path | None = None  # what the AMQPS certificate is checked against
+    websocket_url: str | None = None  # AMQP over WebSocket, for a broker that has it
 
     @property
     def uri(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    def perf_arguments(self, transport: Transport) -> list[str] | None:
+        """How lavin-perf reaches this broker over `transport`; None when it offers no such thing."""
+        if transport is Transport.AMQPS:
+            if self.amqps_port is None:
+                return None
+            return ["--uri", f"amqps://guest:guest@127.0.0.1:{self.amqps_port}/%2F", "--tls-ca-cert", str(self.ca)]
+        if transport is Transport.WEBSOCKET:
+            return None if self.websocket_url is None else ["--uri", self.uri, "--ws", self.websocket_url]
+        return ["--uri", self.uri]
+
+
+def write_certificates(directory: Path) -> Certificates:
+    """A CA and a server certificate for localhost and 127.0.0.1 signed by it (EC P-256)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca, ca_key = directory / "ca.crt", directory / "ca.key"
+    cert, key, request = directory / "server.crt", directory / "server.key", directory / "server.csr"
+    extensions = directory / "server.ext"
+    extensions.write_text(SERVER_EXTENSIONS)
+    new_key = ["-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
+    for command in (
+        ["req", "-x509", *new_key, "-keyout", ca_key, "-out", ca, "-days", CERTIFICATE_DAYS,
+         "-subj", "/CN=lavin-compare CA"],
+        ["req", "-new", *new_key, "-keyout", key, "-out", request, "-subj", "/CN=localhost"],
+        ["x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-days", CERTIFICATE_DAYS,
+         "-extfile", extensions, "-out", cert],
+    ):  # fmt: skip
+        subprocess.run(["openssl", *map(str, command)], check=True, capture_output=True)
+    return Certificates(ca, cert, key)
 
 
 def free_port() -> int:
@@ -50,12 +101,12 @@ def port_accepts(port: int) -> bool:
         return False
 
 
-def wait_until_listening(port: int, process: subprocess.Popen[bytes], name: str, log: Path) -> None:
+def wait_until_listening(ports: Sequence[int], process: subprocess.Popen[bytes], name: str, log: Path) -> None:
     deadline = time.monotonic() + START_TIMEOUT
-    while not port_accepts(port):
+    while not all(port_accepts(port) for port in ports):
         if process.poll() is not None or time.monotonic() > deadline:
             tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-            raise RuntimeError(f"{name} did not start listening on {port}:\n{tail}")
+            raise RuntimeError(f"{name} did not start listening on {', '.join(map(str, ports))}:\n{tail}")
         time.sleep(0.2)
 
 
@@ -72,20 +123,29 @@ def stop_process(process: subprocess.Popen[bytes], name: str) -> None:
 
 
 @contextmanager
-def lavin(workdir: Path, extra_args: Sequence[str] = ()) -> Iterator[Broker]:
+def lavin(
+    workdir: Path, extra_args: Sequence[str] = (), *, certificates: Certificates | None = None
+) -> Iterator[Broker]:
     """`lavin serve` from the same environment as this interpreter (.venv/bin/lavin), with
-    any further `lavin serve` flags."""
-    port = free_port()
+    AMQP over WebSocket on its HTTP port, AMQPS given `certificates`, and any further
+    `lavin serve` flags."""
+    port, http_port = free_port(), free_port()
+    amqps_port = free_port() if certificates is not None else None
     log = workdir / "lavin.log"
     command = [str(Path(sys.executable).parent / "lavin"), "serve", "--data-dir", str(workdir / "lavin-data"),
                "--bind", "127.0.0.1", "--amqp-port", str(port), "--log-level", "warning",
-               "--http-port", str(free_port()), "--metrics-http-port", str(free_port()), *extra_args]  # fmt: skip
+               "--http-port", str(http_port), "--metrics-http-port", str(free_port())]  # fmt: skip
+    if certificates is not None:
+        command += ["--tls-cert", str(certificates.cert), "--tls-key", str(certificates.key),
+                    "--amqps-port", str(amqps_port), "--https-port", "-1"]  # fmt: skip
     env = {key: value for key, value in os.environ.items() if not key.startswith("LAVIN_")}
     with open(log, "wb") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen([*command, *extra_args], stdout=output, stderr=subprocess.STDOUT, env=env)
     try:
-        wait_until_listening(port, process, "Lavin", log)
-        yield Broker("Lavin", port, process.pid)
+        ports = (port, http_port) if amqps_port is None else (port, http_port, amqps_port)
+        wait_until_listening(ports, process, "Lavin", log)
+        ca = certificates.ca if certificates is not None else None
+        yield Broker("Lavin", port, process.pid, amqps_port, ca, f"ws://127.0.0.1:{http_port}/ws/amqp")
     finally:
         stop_process(process, "Lavin")
 
@@ -103,13 +163,32 @@ def ensure_rabbitmq_installed() -> None:
         subprocess.run(install, env=env, check=True)
 
 
+def rabbitmq_tls_config(amqps_port: int, certificates: Certificates) -> str:
+    """rabbitmq.conf for an AMQPS listener as Lavin's: TLS 1.2 and 1.3, no client certificate."""
+    return (
+        f"listeners.ssl.default = 127.0.0.1:{amqps_port}\n"
+        f"ssl_options.cacertfile = {certificates.ca}\n"
+        f"ssl_options.certfile = {certificates.cert}\n"
+        f"ssl_options.keyfile = {certificates.key}\n"
+        "ssl_options.verify = verify_none\n"
+        "ssl_options.fail_if_no_peer_cert = false\n"
+        "ssl_options.versions.1 = tlsv1.3\n"
+        "ssl_options.versions.2 = tlsv1.2\n"
+    )
+
+
 @contextmanager
-def rabbitmq(workdir: Path) -> Iterator[Broker]:
+def rabbitmq(workdir: Path, *, certificates: Certificates | None = None) -> Iterator[Broker]:
+    """A private node; AMQPS given `certificates`. RabbitMQ 3.10 has no AMQP over WebSocket
+    (its Web-AMQP plugin came later), so the broker has no websocket_url."""
     base = workdir / "rabbitmq"
     home = base / "home"  # the Erlang cookie goes here
     home.mkdir(parents=True)
     (base / "enabled_plugins").write_text("[].\n")  # management and every other plugin off
     port = free_port()
+    amqps_port = free_port() if certificates is not None else None
+    config = "" if certificates is None else rabbitmq_tls_config(amqps_port or 0, certificates)
+    (base / "rabbitmq.conf").write_text(config)
     env = {
         **os.environ,
         "HOME": str(home),
@@ -122,8 +201,8 @@ def rabbitmq(workdir: Path) -> Iterator[Broker]:
         "RABBITMQ_LOGS": "-",
         "RABBITMQ_PID_FILE": str(base / "pid"),
         "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
-        # Files that do not exist: defaults, rather than whatever /etc/rabbitmq holds.
-        "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq"),
+        # Only this run's files, rather than whatever /etc/rabbitmq holds.
+        "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
         "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
         "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
     }
@@ -133,9 +212,10 @@ def rabbitmq(workdir: Path) -> Iterator[Broker]:
         # The script traps SIGTERM and shuts the Erlang node down cleanly.
         process = subprocess.Popen([str(RABBITMQ_SERVER)], stdout=output, stderr=subprocess.STDOUT, env=env)
     try:
-        wait_until_listening(port, process, "RabbitMQ", log)
+        wait_until_listening((port,) if amqps_port is None else (port, amqps_port), process, "RabbitMQ", log)
         # The Erlang VM's own pid (the script's child), whose /proc entry covers every scheduler.
-        yield Broker("RabbitMQ", port, int((base / "pid").read_text().strip()))
+        pid = int((base / "pid").read_text().strip())
+        yield Broker("RabbitMQ", port, pid, amqps_port, certificates.ca if certificates is not None else None)
     finally:
         stop_process(process, "RabbitMQ")
         epmd = shutil.which("epmd")

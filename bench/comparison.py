@@ -3,10 +3,12 @@
     bench/compare [--duration 5] [--rounds 3] [--connections 1000] [--queues 2000] [--only WORD]
 
 Starts a Lavin and a private RabbitMQ node (`lavin.bench.brokers`; rabbitmq-server is
-installed with apt-get when missing), runs every scenario on Lavin, then on RabbitMQ, then
-again (A B A B ...) so machine noise hits both, and prints a Markdown table of the medians:
-the figure compared, the Lavin/RabbitMQ ratio, and each broker's CPU time per message (or
-queue, or connection) read from /proc.
+installed with apt-get when missing), both with AMQPS on a certificate made for the run,
+runs every scenario on Lavin, then on RabbitMQ, then again (A B A B ...) so machine noise
+hits both, and prints a Markdown table of the medians: the figure compared, the
+Lavin/RabbitMQ ratio, and each broker's CPU time per message (or queue, or connection)
+read from /proc. A scenario over a transport a broker lacks (AMQP over WebSocket on
+RabbitMQ 3.10) shows n/a.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lavin.bench.brokers import Broker, ensure_rabbitmq_installed, lavin, rabbitmq
+from lavin.bench.brokers import Broker, Transport, ensure_rabbitmq_installed, lavin, rabbitmq, write_certificates
 from lavin.bench.measure import process_cpu_seconds
 
 RUN_TIMEOUT_MARGIN = 180.0  # on top of a scenario's duration: set-up, draining, queue deletion
@@ -40,6 +42,7 @@ class Scenario:
     unit: str
     cpu_metric: str  # dotted key of the broker's CPU µs per operation
     timed: bool = True  # takes --duration
+    transport: Transport = Transport.AMQP
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,12 @@ def scenarios(connections: int, churn_queues: int) -> tuple[Scenario, list[Scena
                  "latency_ms.p99", "ms", per_message),
         Scenario("queue declare+bind", ("queue-churn", "--count", str(churn_queues)),
                  "declare_bind_rate", "queues/s", "broker_cpu_us_per_queue", timed=False),
+        Scenario("AMQPS autoack throughput", ("throughput", "--autoack", *message), "consume_rate", "msg/s",
+                 per_message, transport=Transport.AMQPS),
+        Scenario("AMQPS confirms (window 1000), autoack", ("throughput", "--autoack", "--confirm", "1000", *message),
+                 "consume_rate", "msg/s", per_message, transport=Transport.AMQPS),
+        Scenario("AMQP over WebSocket autoack throughput", ("throughput", "--autoack", *message), "consume_rate",
+                 "msg/s", per_message, transport=Transport.WEBSOCKET),
     ]  # fmt: skip
     return idle, repeated
 
@@ -102,12 +111,16 @@ def show(value: float | None) -> str:
 
 
 def run_scenario(scenario: Scenario, broker: Broker, duration: float) -> Measured:
+    print(f"{broker.name:8}  {scenario.label}: ", end="", file=sys.stderr, flush=True)
+    reach = broker.perf_arguments(scenario.transport)
+    if reach is None:
+        print(f"n/a: no {scenario.transport.value} listener", file=sys.stderr)
+        return Measured(None, None)
     command = [sys.executable, "-m", "lavin.bench.perf", *scenario.arguments,
-               "--uri", broker.uri, "--broker-pid", str(broker.pid), "--json"]  # fmt: skip
+               *reach, "--broker-pid", str(broker.pid), "--json"]  # fmt: skip
     if scenario.timed:
         command += ["--duration", str(duration)]
     wait_until_idle(broker)
-    print(f"{broker.name:8}  {scenario.label}: ", end="", file=sys.stderr, flush=True)
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=duration + RUN_TIMEOUT_MARGIN, check=False
@@ -120,7 +133,9 @@ def run_scenario(scenario: Scenario, broker: Broker, duration: float) -> Measure
         return Measured(None, None)
     result = json.loads(done.stdout)
     measured = Measured(dig(result, scenario.metric), dig(result, scenario.cpu_metric))
-    print(f"{show(measured.metric)} {scenario.unit}, broker CPU {show(measured.cpu)} µs/op", file=sys.stderr)
+    tls = result.get("tls")
+    session = f" ({tls['version']} {tls['cipher']})" if tls else ""
+    print(f"{show(measured.metric)} {scenario.unit}, broker CPU {show(measured.cpu)} µs/op{session}", file=sys.stderr)
     return measured
 
 
@@ -161,8 +176,9 @@ def main() -> None:
     if args.only:
         repeated = [scenario for scenario in repeated if any(word in scenario.label for word in args.only)]
     with tempfile.TemporaryDirectory(prefix="lavin-compare-") as workdir, ExitStack() as brokers:
-        ours = brokers.enter_context(lavin(Path(workdir)))
-        theirs = brokers.enter_context(rabbitmq(Path(workdir)))
+        certificates = write_certificates(Path(workdir) / "tls")
+        ours = brokers.enter_context(lavin(Path(workdir), certificates=certificates))
+        theirs = brokers.enter_context(rabbitmq(Path(workdir), certificates=certificates))
         # First, while both brokers are fresh: memory freed by message runs would hide connection growth.
         rows = []
         if not args.only or any(word in idle.label for word in args.only):

@@ -3,6 +3,8 @@
     lavin-perf throughput --duration 10 --verify
     lavin-perf latency --rate 1000 --broker-pid "$(pgrep -f 'lavin serve')"
     lavin-perf connections --count 1000 --broker-pid 1234 --json
+    lavin-perf throughput --uri amqps://guest:guest@localhost/%2F --tls-ca-cert ca.crt
+    lavin-perf throughput --ws ws://127.0.0.1:15672/ws/amqp
 
 See docs/benchmarks.md for every scenario and what its numbers mean.
 """
@@ -11,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from lavin.bench.load import WorkerFailed
 from lavin.bench.scan import CLOCK_STAMP, SEQUENCE_STAMP
@@ -24,9 +29,11 @@ from lavin.bench.scenarios import (
     queue_churn,
 )
 from lavin.bench.workers import LoadSpec, Stamp
-from lavin.wire_client import Address, AmqpError
+from lavin.wire_client import Address, AmqpError, connect
 
 DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
+DEFAULT_WEBSOCKET_PATH = "/ws/amqp"
+WEBSOCKET_PORTS = {"ws": 80, "wss": 443}
 BUSY_WORKER_PCT = 90.0  # above this the generator may be what limits the rate
 
 
@@ -37,6 +44,25 @@ def _common_options() -> argparse.ArgumentParser:
     parser.add_argument(
         "--broker-pid", type=int, help="the broker's process id: report its CPU time (and RSS) from /proc"
     )
+    transport = parser.add_argument_group("TLS and WebSocket")
+    transport.add_argument(
+        "--tls",
+        action="store_true",
+        help="connect with TLS (implied by amqps:// and wss://; amqp:// then means port 5671)",
+    )
+    transport.add_argument(
+        "--tls-ca-cert",
+        metavar="FILE",
+        help="check the broker's certificate against this CA (default: the system's CAs)",
+    )
+    transport.add_argument(
+        "--tls-no-verify", action="store_true", help="do not check the broker's certificate at all (benchmarks only)"
+    )
+    transport.add_argument("--tls-cert", metavar="FILE", help="present this client certificate (PEM)")
+    transport.add_argument("--tls-key", metavar="FILE", help="the client certificate's key, if not in --tls-cert")
+    transport.add_argument("--ws", metavar="URL",
+                           help="AMQP over WebSocket to this ws:// or wss:// URL (path default /ws/amqp);"
+                                " --uri still gives the user, password and vhost")  # fmt: skip
     return parser
 
 
@@ -118,10 +144,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def uses_tls(args: argparse.Namespace) -> bool:
+    if args.ws:
+        return bool(args.tls or urlsplit(args.ws).scheme == "wss")
+    return bool(args.tls or urlsplit(args.uri).scheme == "amqps")
+
+
+def tls_context(args: argparse.Namespace) -> ssl.SSLContext:
+    """How to check the broker: against --tls-ca-cert (or the system's CAs) and its name,
+    or not at all; with --tls-cert, also how to prove who we are."""
+    context = ssl.create_default_context(cafile=args.tls_ca_cert)
+    if args.tls_no_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if args.tls_cert:
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+    return context
+
+
+def broker_address(args: argparse.Namespace) -> Address:
+    """The broker as --uri, --tls* and --ws describe it."""
+    uri = args.uri
+    if args.tls and uri.startswith("amqp://"):
+        uri = "amqps://" + uri.removeprefix("amqp://")
+    address = replace(Address.from_uri(uri), tls=tls_context(args) if uses_tls(args) else None)
+    if not args.ws:
+        return address
+    websocket = urlsplit(args.ws)
+    return replace(
+        address,
+        host=websocket.hostname or address.host,
+        port=websocket.port or WEBSOCKET_PORTS[websocket.scheme],
+        websocket_path=websocket.path or DEFAULT_WEBSOCKET_PATH,
+    )
+
+
 def load_spec(args: argparse.Namespace, stamp: Stamp, producers: int) -> LoadSpec:
     rate = getattr(args, "rate", 0.0)
     return LoadSpec(
-        address=Address.from_uri(args.uri),
+        address=broker_address(args),
         queue=args.queue,
         exchange=args.exchange,
         routing_key=args.routing_key or args.queue,
@@ -140,9 +201,9 @@ def run_scenario(args: argparse.Namespace) -> dict[str, Any]:
     progress = None if args.json else sys.stderr
     scenario = args.scenario
     if scenario == "connections":
-        return idle_connections(Address.from_uri(args.uri), args.count, args.broker_pid)
+        return idle_connections(broker_address(args), args.count, args.broker_pid)
     if scenario == "queue-churn":
-        return queue_churn(Address.from_uri(args.uri), args.count, args.broker_pid)
+        return queue_churn(broker_address(args), args.count, args.broker_pid)
     if scenario == "consume-only":
         spec = load_spec(args, Stamp.NONE, args.producers)
         return consume_only(spec, args.producers, args.consumers, args.count, args.broker_pid, progress)
@@ -156,7 +217,23 @@ def run_scenario(args: argparse.Namespace) -> dict[str, Any]:
     return message_flow(spec, args.producers, consumers, duration, args.broker_pid, progress)
 
 
+def tls_session(address: Address) -> dict[str, str]:
+    """The TLS version and cipher the broker agrees to, from one more connection."""
+    with connect(address) as connection:
+        sock = connection.sock
+        if not isinstance(sock, ssl.SSLSocket):
+            return {}
+        cipher = sock.cipher()
+        return {"version": sock.version() or "", "cipher": cipher[0] if cipher else ""}
+
+
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.ws and urlsplit(args.ws).scheme not in WEBSOCKET_PORTS:
+        parser.error("--ws needs a ws:// or wss:// URL")
+    if not uses_tls(args) and (args.tls_ca_cert or args.tls_no_verify or args.tls_cert):
+        parser.error("the --tls-* options need TLS: --tls, an amqps:// --uri or a wss:// --ws")
+    if args.tls_key and not args.tls_cert:
+        parser.error("--tls-key goes with --tls-cert")
     if args.scenario == "connections" and args.broker_pid is None:
         parser.error("connections needs --broker-pid to read the broker's RSS")
     for name in ("producers", "consumers"):
@@ -215,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_arguments(parser, args)
     try:
         result = run_scenario(args)
+        if uses_tls(args):
+            result["tls"] = tls_session(broker_address(args))
     except (OSError, AmqpError, WorkerFailed) as exc:  # TimeoutError and ConnectionError are OSErrors
         print(f"lavin-perf: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

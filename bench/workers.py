@@ -11,6 +11,7 @@ import enum
 import select
 import signal
 import socket
+import ssl
 import struct
 import time
 from array import array
@@ -43,7 +44,9 @@ from pamqp import commands
 
 BATCH = 256  # publishes per write when nothing smaller is due
 MAX_PACING_SLEEP = 0.05  # seconds; a paced producer still notices `stop` quickly
-STOP_POLL = struct.pack("ll", 0, 100_000)  # a consumer read gives up after 0.1 s to check `stop`
+STOP_POLL_SECONDS = 0.1  # a consumer read gives up after this long to check `stop`
+STOP_POLL = struct.pack("ll", 0, int(STOP_POLL_SECONDS * 1e6))
+NOTHING_YET = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)  # a non-blocking read found no data
 PERSISTENT = commands.Basic.Properties(delivery_mode=2)
 
 
@@ -131,6 +134,57 @@ class PublishBatches:
         return batch
 
 
+class Reads:
+    """A hot loop's reads, done the cheapest way its stream allows.
+
+    A plain socket reads with MSG_DONTWAIT and wakes up through a kernel receive timeout,
+    with no extra system call per read. TLS and WebSocket streams keep bytes that select
+    cannot see and retry reads past a kernel timeout, so they go through socket timeouts.
+    """
+
+    def __init__(self, connection: Connection) -> None:
+        self.stream = connection.stream
+        self.sock = connection.sock
+        self.plain = self.stream is self.sock and not isinstance(self.sock, ssl.SSLSocket)
+
+    def now(self) -> bytes | None:
+        """What has arrived so far, without waiting; None when nothing has."""
+        if self.plain:
+            try:
+                return self.sock.recv(RECEIVE_SIZE, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return None
+        self.stream.settimeout(0.0)
+        try:
+            return self.stream.recv(RECEIVE_SIZE)
+        except NOTHING_YET:
+            return None
+        finally:
+            self.stream.settimeout(None)
+
+    def waiting(self, timeout: float, waiting_for: str) -> bytes:
+        if self.plain:
+            if not select.select([self.sock], [], [], timeout)[0]:
+                raise TimeoutError(f"no {waiting_for} for {timeout:.0f} s")
+            return self.sock.recv(RECEIVE_SIZE)
+        self.stream.settimeout(timeout)
+        try:
+            return self.stream.recv(RECEIVE_SIZE)
+        except TimeoutError:
+            raise TimeoutError(f"no {waiting_for} for {timeout:.0f} s") from None
+        finally:
+            self.stream.settimeout(None)
+
+    def wake_every_poll(self) -> None:
+        """From now on a blocking read gives up after STOP_POLL_SECONDS (BlockingIOError or
+        TimeoutError) so that the loop can check whether to stop."""
+        if self.plain:
+            self.sock.settimeout(None)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, STOP_POLL)
+        else:
+            self.stream.settimeout(STOP_POLL_SECONDS)
+
+
 class Pacer:
     """Spreads publishes evenly at a fixed rate from the moment it is created."""
 
@@ -162,9 +216,10 @@ def _produce(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Cal
     )
     batches = PublishBatches(message, spec.stamp, index)
     confirms = ConfirmTracker()
-    sock = connection.sock
+    stream = connection.stream
+    reads = Reads(connection)
     ready()
-    sock.settimeout(None)  # the hot loop blocks in sendall and polls for confirms without select
+    stream.settimeout(None)  # the hot loop blocks in sendall and polls for confirms without select
     cpu_before = own_cpu_seconds()
     started = time.monotonic()
     pacer = Pacer(spec.rate) if spec.rate else None
@@ -180,16 +235,16 @@ def _produce(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Cal
         if spec.confirm:
             wanted = min(wanted, spec.confirm - (published - confirms.settled))
             if wanted <= 0:
-                _read_replies(connection, confirms, wait=True)
+                _read_replies(connection, reads, confirms, wait=True)
                 continue
-        sock.sendall(batches.take(published, wanted))
+        stream.sendall(batches.take(published, wanted))
         published += wanted
         signals.progress[slot] = published
         # Without confirms this still catches a channel.close (a missing exchange, say).
-        _read_replies(connection, confirms, wait=False)
+        _read_replies(connection, reads, confirms, wait=False)
     while spec.confirm and confirms.settled < published:
-        _read_replies(connection, confirms, wait=True)
-    sock.settimeout(DEFAULT_TIMEOUT)
+        _read_replies(connection, reads, confirms, wait=True)
+    stream.settimeout(DEFAULT_TIMEOUT)
     # One round trip behind the last publish: once it returns the broker has taken them all in.
     connection.call(commands.Queue.Declare(queue=spec.queue, passive=True), commands.Queue.DeclareOk, CHANNEL)
     elapsed = time.monotonic() - started
@@ -198,14 +253,10 @@ def _produce(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Cal
     return {"published": published, "nacked": confirms.nacked, "elapsed": elapsed, "cpu": cpu}
 
 
-def _read_replies(connection: Connection, confirms: ConfirmTracker, wait: bool) -> None:
+def _read_replies(connection: Connection, reads: Reads, confirms: ConfirmTracker, wait: bool) -> None:
     """Take in whatever the broker sent a producer: confirms, or a close that ends the run."""
-    sock = connection.sock
-    if wait and not select.select([sock], [], [], DEFAULT_TIMEOUT)[0]:
-        raise TimeoutError(f"no publisher confirm for {DEFAULT_TIMEOUT:.0f} s")
-    try:
-        data = sock.recv(RECEIVE_SIZE, 0 if wait else socket.MSG_DONTWAIT)
-    except BlockingIOError:
+    data = reads.waiting(DEFAULT_TIMEOUT, "publisher confirm") if wait else reads.now()
+    if data is None:
         return
     if not data:
         raise ConnectionError("the broker closed the socket")
@@ -227,11 +278,10 @@ def _consume(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Cal
     stamp_reader = check or latencies
     scanner = DeliveryScanner(stamp_reader.on_body if stamp_reader is not None else None)
     connection.consume(spec.queue, no_ack=spec.autoack, consumer_tag=f"lavin-perf-{index}")
-    sock = connection.sock
+    stream = connection.stream
+    reads = Reads(connection)
     ready()
-    sock.settimeout(None)
-    # A kernel receive timeout wakes the loop to check `stop` without a select per read.
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, STOP_POLL)
+    reads.wake_every_poll()
     cpu_before = own_cpu_seconds()
     started = time.monotonic()
     buffer = connection.buffer
@@ -239,8 +289,8 @@ def _consume(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Cal
     acked = 0
     while not signals.stop_consumers.is_set():
         try:
-            data = sock.recv(RECEIVE_SIZE)
-        except BlockingIOError:
+            data = stream.recv(RECEIVE_SIZE)
+        except (BlockingIOError, TimeoutError):
             continue
         if not data:
             raise ConnectionError("the broker closed the socket")
@@ -256,7 +306,7 @@ def _consume(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Cal
             signals.progress[slot] = scanner.count
         if not spec.autoack and scanner.last_tag > acked:
             acked = scanner.last_tag
-            sock.sendall(ack_frame(CHANNEL, acked, True))
+            stream.sendall(ack_frame(CHANNEL, acked, True))
     elapsed = time.monotonic() - started
     cpu = own_cpu_seconds() - cpu_before
     connection.close()

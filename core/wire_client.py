@@ -1,4 +1,4 @@
-"""A small blocking AMQP 0-9-1 client over one plain socket.
+"""A small blocking AMQP 0-9-1 client over one socket: plain TCP, TLS, or a WebSocket.
 
 It serves the places that talk AMQP without a client library: the Spark connector's
 executors (consume a stream queue), `lavin-perf` (pre-encoded publishes, frames scanned
@@ -6,21 +6,24 @@ in place) and the protocol tests (bytes that well-behaved clients never send). M
 and tables go through pamqp; deliveries, acks and frame splitting, which come in bulk,
 are done by hand.
 
-A client, not part of the broker: it needs only the standard library and pamqp.
+A client, not part of the broker: it needs only the standard library and pamqp
+(`lavin.wire_websocket`, its WebSocket transport, is standard library too).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import NamedTuple, NoReturn, Self, TypeVar
+from typing import NamedTuple, NoReturn, Protocol, Self, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from lavin.wire_websocket import WebSocket
 from pamqp import commands, encode
 from pamqp import frame as pamqp_frame
 from pamqp.base import Frame as Method
@@ -46,6 +49,7 @@ ASYNCHRONOUS = frozenset((BASIC_DELIVER, BASIC_ACK, BASIC_NACK))
 CLOSING = (commands.Connection.Close, commands.Channel.Close, commands.Basic.Cancel)
 
 PROTOCOL_HEADER = ProtocolHeader().marshal()  # b"AMQP\x00\x00\x09\x01"
+AMQPS_PORT = 5671
 FRAME_MAX = 131072  # used when the broker sets no limit
 RECEIVE_SIZE = 256 * 1024
 DEFAULT_TIMEOUT = 30.0
@@ -77,21 +81,53 @@ class Address:
     username: str = "guest"
     password: str = "guest"
     vhost: str = "/"
+    tls: ssl.SSLContext | None = field(default=None, compare=False)  # TLS, checking the broker as it says
+    websocket_path: str | None = None  # AMQP over a WebSocket to this HTTP path (subprotocol "amqp")
 
     @classmethod
     def from_uri(cls, uri: str) -> Address:
-        """`amqp://user:password@host:port/vhost`, with RabbitMQ's defaults for missing parts."""
+        """`amqp://user:password@host:port/vhost`, with RabbitMQ's defaults for missing parts;
+        `amqps://` for TLS (port 5671), checking the broker's certificate against the system's CAs."""
         parts = urlsplit(uri)
-        if parts.scheme != "amqp":
-            raise ValueError(f"only amqp:// URIs are supported, not {uri!r}")
+        if parts.scheme not in ("amqp", "amqps"):
+            raise ValueError(f"only amqp:// and amqps:// URIs are supported, not {uri!r}")
+        tls = parts.scheme == "amqps"
         vhost = parts.path.removeprefix("/")
         return cls(
             host=parts.hostname or cls.host,
-            port=parts.port or cls.port,
+            port=parts.port or (AMQPS_PORT if tls else cls.port),
             username=unquote(parts.username or cls.username),
             password=unquote(parts.password or cls.password),
             vhost=unquote(vhost) if vhost else cls.vhost,
+            tls=ssl.create_default_context() if tls else None,
         )
+
+
+class Stream(Protocol):
+    """What AMQP bytes go through: a socket (plain or TLS) or a `WebSocket`."""
+
+    def sendall(self, data: bytes | bytearray, /) -> None: ...
+
+    def recv(self, size: int, /) -> bytes: ...
+
+    def settimeout(self, timeout: float | None, /) -> None: ...
+
+    def gettimeout(self) -> float | None: ...
+
+    def close(self) -> None: ...
+
+
+def open_socket(address: Address, timeout: float) -> socket.socket:
+    """A TCP connection to the broker, through the TLS handshake when the address asks for TLS."""
+    sock = socket.create_connection((address.host, address.port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if address.tls is None:
+        return sock
+    try:
+        return address.tls.wrap_socket(sock, server_hostname=address.host)
+    except BaseException:
+        sock.close()
+        raise
 
 
 # ------------------------------------------------------------------------------------
@@ -203,18 +239,29 @@ def _deadline(timeout: float | None) -> float | None:
 
 
 class Connection:
-    """One AMQP connection over a plain blocking socket; `connect` opens it fully.
+    """One AMQP connection over a blocking socket; `connect` opens it fully.
 
     The socket's timeout bounds every wait unless a call gives its own. Hot loops may take
-    `sock` and `buffer` (bytes received but not parsed yet) and read frames themselves.
+    `stream` and `buffer` (bytes received but not parsed yet) and read frames themselves.
     """
 
     def __init__(self, address: Address | str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.address = Address.from_uri(address) if isinstance(address, str) else address
-        self.sock = socket.create_connection((self.address.host, self.address.port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = open_socket(self.address, timeout)  # TCP, or TLS over it
+        self.websocket: WebSocket | None = None
+        if self.address.websocket_path is not None:
+            try:
+                self.websocket = WebSocket(self.sock, self.address.host, self.address.port, self.address.websocket_path)
+            except BaseException:
+                self.sock.close()
+                raise
         self.buffer = bytearray()
         self.frame_max = FRAME_MAX
+
+    @property
+    def stream(self) -> Stream:
+        """What the AMQP bytes go through: the WebSocket if there is one, else the socket."""
+        return self.websocket if self.websocket is not None else self.sock
 
     def __enter__(self) -> Self:
         return self
@@ -277,7 +324,7 @@ class Connection:
         data = method_frame(0, commands.Connection.TuneOk(channel_max, self.frame_max, heartbeat))
         if vhost is not None:
             data += method_frame(0, commands.Connection.Open(virtual_host=vhost))
-        self.sock.sendall(data)
+        self.stream.sendall(data)
         return tune
 
     def open_channel(self, channel: int) -> None:
@@ -286,10 +333,10 @@ class Connection:
     # -- sending --------------------------------------------------------------------
 
     def send_raw(self, data: bytes | bytearray) -> None:
-        self.sock.sendall(data)
+        self.stream.sendall(data)
 
     def send(self, method: Method, channel: int = 0) -> None:
-        self.sock.sendall(method_frame(channel, method))
+        self.stream.sendall(method_frame(channel, method))
 
     def call(self, method: Method, reply: type[M], channel: int = 0) -> M:
         self.send(method, channel)
@@ -329,12 +376,12 @@ class Connection:
             for frame in content_frames(channel, body, properties, self.frame_max):
                 pending += frame
             if len(pending) >= RECEIVE_SIZE:
-                self.sock.sendall(pending)
+                self.stream.sendall(pending)
                 pending.clear()
-        self.sock.sendall(pending)
+        self.stream.sendall(pending)
 
     def ack(self, delivery_tag: int, *, multiple: bool = False, channel: int = CHANNEL) -> None:
-        self.sock.sendall(ack_frame(channel, delivery_tag, multiple))
+        self.stream.sendall(ack_frame(channel, delivery_tag, multiple))
 
     # -- receiving ------------------------------------------------------------------
 
@@ -478,18 +525,19 @@ class Connection:
 
     def _receive(self, deadline: float | None) -> bool:
         """Append the socket's next bytes to `buffer`; False at the end of the stream."""
-        timeout = self.sock.gettimeout()
+        stream = self.stream
+        timeout = stream.gettimeout()
         if deadline is not None:
-            self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            stream.settimeout(max(deadline - time.monotonic(), 0.001))
         try:
-            data = self.sock.recv(RECEIVE_SIZE)
+            data = stream.recv(RECEIVE_SIZE)
         except TimeoutError:
-            raise TimeoutError(f"the broker sent nothing for {self.sock.gettimeout():.3g} s") from None
+            raise TimeoutError(f"the broker sent nothing for {stream.gettimeout():.3g} s") from None
         except ConnectionResetError:  # the broker closed with bytes of ours unread
             data = b""
         finally:
             if deadline is not None:
-                self.sock.settimeout(timeout)
+                stream.settimeout(timeout)
         self.buffer += data
         return bool(data)
 
@@ -515,7 +563,7 @@ def connect(
         for channel in channels:
             connection.open_channel(channel)
     except BaseException:
-        connection.sock.close()
+        connection.stream.close()
         raise
     return connection
 
@@ -528,12 +576,12 @@ def close_all(connections: Sequence[Connection]) -> None:
     close = method_frame(0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
     for connection in connections:
         with contextlib.suppress(OSError):
-            connection.sock.settimeout(CLOSE_TIMEOUT)
-            connection.sock.sendall(close)
+            connection.stream.settimeout(CLOSE_TIMEOUT)
+            connection.stream.sendall(close)
     for connection in connections:
         try:
             connection.expect(commands.Connection.CloseOk)
         except (OSError, AmqpError):
             pass
         finally:
-            connection.sock.close()
+            connection.stream.close()

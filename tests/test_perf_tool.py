@@ -1,29 +1,152 @@
 """lavin-perf against a real broker: messages move, and --verify finds none lost, duplicated
-or out of order."""
+or out of order, over plain TCP, TLS (AMQPS) and AMQP over WebSocket (ws:// and wss://)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from broker_process import BrokerProcess
+import pytest
+from broker_process import BrokerProcess, free_port, stop_quietly
+from helpers import eventually
+from tls_certs import TlsFiles, write_tls_files
+
+HOST = "127.0.0.1"
+RUN_TIMEOUT = 60
+
+
+@dataclass(frozen=True)
+class TlsBroker:
+    process: BrokerProcess
+    amqps_port: int
+    https_port: int
+    ca: Path
+
+    @property
+    def amqps(self) -> list[str]:
+        """lavin-perf options for AMQPS, checking the broker's certificate against the test CA."""
+        return ["--uri", f"amqps://guest:guest@{HOST}:{self.amqps_port}/%2F", "--tls-ca-cert", str(self.ca)]
+
+    @property
+    def ws(self) -> list[str]:
+        return ["--uri", self.process.url, "--ws", f"ws://{HOST}:{self.process.http_port}/ws/amqp"]
+
+    @property
+    def wss(self) -> list[str]:
+        return ["--ws", f"wss://{HOST}:{self.https_port}/ws/amqp", "--tls-ca-cert", str(self.ca)]
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return write_tls_files(tmp_path_factory.mktemp("perf-tls-files"))
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory: pytest.TempPathFactory, tls_files: TlsFiles) -> Iterator[TlsBroker]:
+    amqps_port, https_port = free_port(), free_port()
+    args = ["--tls-cert", str(tls_files.server.cert), "--tls-key", str(tls_files.server.key),
+            "--amqps-port", str(amqps_port), "--https-port", str(https_port)]  # fmt: skip
+    process = BrokerProcess(tmp_path_factory.mktemp("perf-tls") / "data", extra_args=args)
+    process.start()
+    try:
+        # From the log: a probe connection would be a failed TLS handshake of its own.
+        lines = (f"Listening on amqps://{HOST}:{amqps_port}", f"Listening on https://{HOST}:{https_port}")
+        eventually(lambda: all(line in process.output for line in lines))
+        yield TlsBroker(process, amqps_port, https_port, tls_files.ca)
+    finally:
+        stop_quietly(process)
+    assert "Traceback" not in process.output
+
+
+def perf(*arguments: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "lavin.bench.perf", *arguments, "--json"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+
+
+def perf_ok(*arguments: str) -> dict[str, Any]:
+    done = perf(*arguments)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def assert_all_moved_once_in_order(result: dict[str, Any], total: int) -> None:
+    assert result["published"] == result["consumed"] == total
+    assert result["verify"] == {"lost": 0, "duplicated": 0, "out_of_order": 0}
+    assert result["consume_rate"] > 0
+    assert result["broker_cpu_us_per_message"] >= 0
 
 
 def test_throughput_verify_moves_every_message_once_and_in_order(broker: BrokerProcess) -> None:
-    command = [
-        sys.executable, "-m", "lavin.bench.perf", "throughput", "--verify", "--count", "3000",
-        "--producers", "2", "--consumers", "2", "--confirm", "500", "--queue", "perf-tool-verify",
-        "--uri", broker.url, "--broker-pid", str(broker.pid), "--json",
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
-    assert result["published"] == result["consumed"] == 6000
-    assert result["verify"] == {"lost": 0, "duplicated": 0, "out_of_order": 0}
+    result = perf_ok(
+        "throughput", "--verify", "--count", "3000", "--producers", "2", "--consumers", "2", "--confirm", "500",
+        "--queue", "perf-tool-verify", "--uri", broker.url, "--broker-pid", str(broker.pid),
+    )  # fmt: skip
+    assert_all_moved_once_in_order(result, 6000)
     assert result["nacked"] == 0
-    assert result["consume_rate"] > 0
-    assert result["broker_cpu_us_per_message"] >= 0
+
+
+@pytest.mark.parametrize(
+    ("transport", "acks"),
+    [
+        ("amqps", ["--confirm", "500"]),  # the producers wait for confirms over TLS
+        ("amqps", ["--prefetch", "100"]),  # the consumers ack over TLS
+        ("ws", ["--confirm", "500"]),
+        ("ws", ["--prefetch", "100"]),
+        ("wss", ["--confirm", "500", "--prefetch", "100"]),
+    ],
+)
+def test_throughput_verify_over_tls_and_websocket(tls_broker: TlsBroker, transport: str, acks: list[str]) -> None:
+    result = perf_ok(
+        "throughput", "--verify", "--count", "3000", "--producers", "2", "--consumers", "2", *acks,
+        "--queue", f"perf-tool-{transport}", *getattr(tls_broker, transport),
+        "--broker-pid", str(tls_broker.process.pid),
+    )  # fmt: skip
+    assert_all_moved_once_in_order(result, 6000)
+    if transport != "ws":
+        assert result["tls"]["version"] in ("TLSv1.2", "TLSv1.3")
+
+
+@pytest.mark.parametrize("transport", ["amqps", "ws"])
+@pytest.mark.parametrize(
+    ("scenario", "figure"),
+    [
+        (["latency", "--duration", "0.5", "--autoack"], "latency_ms.p99"),
+        (["publish-only", "--count", "2000"], "publish_rate"),
+        (["consume-only", "--count", "2000"], "consume_rate"),
+        (["connections", "--count", "20"], "broker_rss_kib_per_connection"),
+        (["queue-churn", "--count", "20"], "declare_bind_rate"),
+    ],
+)
+def test_every_scenario_runs_over_tls_and_websocket(
+    tls_broker: TlsBroker, transport: str, scenario: list[str], figure: str
+) -> None:
+    result = perf_ok(*scenario, *getattr(tls_broker, transport), "--broker-pid", str(tls_broker.process.pid))
+    value: Any = result
+    for key in figure.split("."):
+        value = value[key]
+    assert isinstance(value, float)
+
+
+def test_the_broker_certificate_is_checked_unless_told_not_to(tls_broker: TlsBroker) -> None:
+    # The system's CAs do not know the test CA.
+    uri = f"amqps://guest:guest@{HOST}:{tls_broker.amqps_port}/%2F"
+    refused = perf("queue-churn", "--count", "1", "--uri", uri)
+    assert refused.returncode == 2
+    assert "certificate verify failed" in refused.stderr
+    unchecked = perf("queue-churn", "--count", "1", "--uri", uri, "--tls-no-verify")
+    assert unchecked.returncode == 0, unchecked.stderr
+
+
+def test_a_websocket_upgrade_the_broker_refuses_fails_the_run(tls_broker: TlsBroker) -> None:
+    done = perf("queue-churn", "--count", "1", "--ws", f"ws://{HOST}:{tls_broker.process.http_port}/ws/nothing")
+    assert done.returncode == 2
+    assert "WebSocket upgrade of /ws/nothing refused: HTTP/1.1 404" in done.stderr
 
 
 def test_every_scenario_has_a_help_text() -> None:
@@ -33,3 +156,5 @@ def test_every_scenario_has_a_help_text() -> None:
         )
         assert result.returncode == 0, result.stderr
         assert "--uri" in result.stdout
+        assert "--tls" in result.stdout
+        assert "--ws" in result.stdout

@@ -18,8 +18,11 @@ def test_parse_uri() -> None:
         host="localhost", port=5672, vhost="/", username="guest", password="guest"
     )
     assert Address.from_uri("amqp://") == Address()
-    with pytest.raises(ValueError, match="only amqp://"):
-        Address.from_uri("amqps://localhost")
+    assert Address.from_uri("amqp://").tls is None
+    secure = Address.from_uri("amqps://localhost")
+    assert (secure.port, secure.tls is not None) == (5671, True)
+    with pytest.raises(ValueError, match="only amqp:// and amqps://"):
+        Address.from_uri("http://localhost")
 
 
 def test_publish_then_consume_in_order_with_properties_and_large_bodies(
