@@ -10,18 +10,18 @@ SOURCES := pyproject.toml setup.py README.md $(shell find core plugins spark ben
 SOURCES += $(shell find core/management/ui -type f 2>/dev/null)  # the web UI's files ship too
 ARGS ?=
 
-.PHONY: serve test test-installed bench compare lint typecheck clean browser rabbitmqadmin
+.PHONY: serve test test-installed bench compare lint typecheck clean browser rabbitmqadmin nodejs
 
 serve: $(INSTALLED_VENV)/.installed-run
 	$(INSTALLED_VENV)/bin/lavin serve $(ARGS)
 
-test: $(VENV)/.installed-test browser rabbitmqadmin
+test: $(VENV)/.installed-test browser rabbitmqadmin nodejs
 	$(VENV)/bin/python -m pytest -q $(ARGS)
 
 # The suite against a regular (non-editable) install, run from inside that venv so the
 # current directory holds no `lavin` and no egg-info: `lavin` can only come from
 # site-packages, which catches modules missing from the wheel.
-test-installed: $(INSTALLED_VENV)/.installed-test browser rabbitmqadmin
+test-installed: $(INSTALLED_VENV)/.installed-test browser rabbitmqadmin nodejs
 	cd $(INSTALLED_VENV) && LAVIN_TEST_EXPECT_INSTALLED=1 \
 		$(CURDIR)/$(INSTALLED_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 		-c $(CURDIR)/pyproject.toml --rootdir $(CURDIR) $(CURDIR)/tests $(ARGS)
@@ -45,6 +45,17 @@ rabbitmqadmin:
 		  || { $$as_root apt-get update -qq && $$as_root env DEBIAN_FRONTEND=noninteractive \
 		       apt-get install -y -qq --no-install-recommends rabbitmq-server; }; } >/dev/null || \
 		echo "rabbitmq-server could not be installed: the rabbitmqadmin tests will skip"
+
+# tests/test_websocket.py drives @cloudamqp/amqp-client's AMQPWebSocketClient under Debian's Node
+# (the test session installs that npm package into ~/.cache): nodejs and npm are installed when
+# missing and apt-get is there (as root, or with sudo); else that test skips and says why.
+nodejs:
+	@{ command -v node && command -v npm; } >/dev/null || ! command -v apt-get >/dev/null || \
+		{ as_root="$$( [ "$$(id -u)" = 0 ] || echo sudo -n )"; \
+		  $$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm \
+		  || { $$as_root apt-get update -qq && $$as_root env DEBIAN_FRONTEND=noninteractive \
+		       apt-get install -y -qq --no-install-recommends nodejs npm; }; } >/dev/null || \
+		echo "nodejs and npm could not be installed: the Node WebSocket test will skip"
 
 # Micro-benchmarks of the hot paths, bench/test_*.py (`make test` collects only tests/).
 bench: $(VENV)/.installed-bench

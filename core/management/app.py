@@ -4,16 +4,40 @@ user of the broker logs in with HTTP Basic and its tags decide what it may do.""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
 from aiohttp import web
 from lavin.broker.broker import Broker
-from lavin.management import access_routes, metrics_routes, object_routes, policy_routes, runtime_routes, ui_routes
+from lavin.management import (
+    access_routes,
+    metrics_routes,
+    object_routes,
+    policy_routes,
+    runtime_routes,
+    tls_routes,
+    ui_routes,
+)
 from lavin.management.http import BROKER, MAX_BODY_SIZE, json_errors
 from lavin.management.requester import authenticate_requests, trust_requests
+from lavin.transport.tls import TlsCertificates
+from lavin.transport.websocket import add_amqp_websocket_route
+
+AMQP_WEBSOCKET_PATH = "/ws/amqp"
 
 
-def build_app(broker: Broker, *, trusted: bool) -> web.Application:
+def build_app(
+    broker: Broker,
+    *,
+    trusted: bool,
+    certificates: TlsCertificates | None = None,
+    websocket_protocol_factory: Callable[[], asyncio.Protocol] | None = None,
+) -> web.Application:
     """`trusted`: every request acts as an administrator (the control socket, which only
-    the broker's own user can open); else HTTP Basic with the broker's users."""
+    the broker's own user can open); else HTTP Basic with the broker's users.
+    `certificates`: what /api/tls/reload reloads.
+    `websocket_protocol_factory`: serve AMQP over WebSocket at /ws/amqp, with the connections
+    it makes (outside HTTP Basic: AMQP logs in itself)."""
     identify = trust_requests if trusted else authenticate_requests
     app = web.Application(middlewares=[json_errors, identify], client_max_size=MAX_BODY_SIZE)
     app[BROKER] = broker
@@ -23,4 +47,13 @@ def build_app(broker: Broker, *, trusted: bool) -> web.Application:
     app.add_routes(object_routes.routes)
     app.add_routes(ui_routes.routes)
     app.add_routes(metrics_routes.routes)
+    app.add_routes(tls_routes.routes)
+    if certificates is not None:
+        app[tls_routes.TLS_CERTIFICATES] = certificates
+    if websocket_protocol_factory is not None:
+        # Room for a message of the largest size the broker takes, with its frames' overhead.
+        max_message_size = 2 * broker.config.max_message_size
+        add_amqp_websocket_route(
+            app, AMQP_WEBSOCKET_PATH, websocket_protocol_factory, max_message_size=max_message_size
+        )
     return app
