@@ -10,7 +10,7 @@ SOURCES := pyproject.toml setup.py README.md $(shell find core plugins spark ben
 SOURCES += $(shell find core/management/ui -type f 2>/dev/null)  # the web UI's files ship too
 ARGS ?=
 
-.PHONY: serve test test-installed bench compare lint typecheck clean browser rabbitmqadmin nodejs
+.PHONY: serve test test-installed bench compare lavinmq lint typecheck clean browser rabbitmqadmin nodejs
 
 serve: $(INSTALLED_VENV)/.installed-run
 	$(INSTALLED_VENV)/bin/lavin serve $(ARGS)
@@ -65,6 +65,17 @@ bench: $(VENV)/.installed-bench
 # The same lavin-perf scenarios against Lavin and a private RabbitMQ; see docs/benchmarks.md.
 compare: $(INSTALLED_VENV)/.installed-run
 	bench/compare $(ARGS)
+
+# LavinMQ built from source, to compare against with `make compare ARGS="--peer lavinmq=..."`
+# (docs/benchmarks.md). The build script and the git mirrors it builds from live outside the
+# repository; LAVINMQ_TAG picks another version.
+LAVINMQ_SCRIPT ?= $(abspath ../shared/tools/build-lavinmq.sh)
+LAVINMQ_MIRRORS ?= $(abspath ../.mirror)
+LAVINMQ_BUILD ?= /tmp/lavinmq-build
+lavinmq:
+	@test -f $(LAVINMQ_SCRIPT) || { echo "no $(LAVINMQ_SCRIPT): point LAVINMQ_SCRIPT at build-lavinmq.sh" \
+		"(see docs/benchmarks.md, \"LavinMQ side by side\")" >&2; exit 2; }
+	MIRRORS=$(LAVINMQ_MIRRORS) BUILD=$(LAVINMQ_BUILD) bash $(LAVINMQ_SCRIPT)
 
 # ruff (lint and format) over the whole tree and strict mypy over lavin and lavin.plugins
 # ([tool.ruff], [tool.mypy]); every check runs, and lint fails if any of them did. The

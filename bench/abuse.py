@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from lavin.bench.brokers import lavin
+from lavin.bench.fleet import open_idle_connections
 from lavin.bench.measure import process_fd_count, process_rss_kib
 from lavin.bench.scan import DeliveryScanner
-from lavin.bench.scenarios import open_idle_connections
 from lavin.wire_client import (
     CHANNEL,
     FRAME_MAX,

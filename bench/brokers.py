@@ -47,22 +47,20 @@ class Certificates:
 @dataclass(frozen=True)
 class Broker:
     name: str
-    port: int
-    pid: int  # the process whose /proc entry covers all of the broker's threads
-    amqps_port: int | None = None
+    uri: str
+    # The process whose /proc entry covers all of the broker's threads; None when unknown
+    # (a broker someone else started): no CPU figures then.
+    pid: int | None
+    amqps_uri: str | None = None
     ca: Path | None = None  # what the AMQPS certificate is checked against
     websocket_url: str | None = None  # AMQP over WebSocket, for a broker that has it
-
-    @property
-    def uri(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
 
     def perf_arguments(self, transport: Transport) -> list[str] | None:
         """How lavin-perf reaches this broker over `transport`; None when it offers no such thing."""
         if transport is Transport.AMQPS:
-            if self.amqps_port is None:
+            if self.amqps_uri is None:
                 return None
-            return ["--uri", f"amqps://guest:guest@127.0.0.1:{self.amqps_port}/%2F", "--tls-ca-cert", str(self.ca)]
+            return ["--uri", self.amqps_uri, "--tls-ca-cert", str(self.ca)]
         if transport is Transport.WEBSOCKET:
             return None if self.websocket_url is None else ["--uri", self.uri, "--ws", self.websocket_url]
         return ["--uri", self.uri]
@@ -87,23 +85,36 @@ def write_certificates(directory: Path) -> Certificates:
     return Certificates(ca, cert, key)
 
 
+def loopback_uri(port: int, scheme: str = "amqp") -> str:
+    return f"{scheme}://guest:guest@127.0.0.1:{port}/%2F"
+
+
+def amqps_reach(amqps_port: int | None, certificates: Certificates | None) -> tuple[str | None, Path | None]:
+    """A loopback AMQPS listener's URI and the CA its certificate is checked against."""
+    if amqps_port is None or certificates is None:
+        return None, None
+    return loopback_uri(amqps_port, "amqps"), certificates.ca
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def port_accepts(port: int) -> bool:
+def port_accepts(port: int, host: str = "127.0.0.1") -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
         return False
 
 
-def wait_until_listening(ports: Sequence[int], process: subprocess.Popen[bytes], name: str, log: Path) -> None:
+def wait_until_listening(
+    ports: Sequence[int], process: subprocess.Popen[bytes], name: str, log: Path, host: str = "127.0.0.1"
+) -> None:
     deadline = time.monotonic() + START_TIMEOUT
-    while not all(port_accepts(port) for port in ports):
+    while not all(port_accepts(port, host) for port in ports):
         if process.poll() is not None or time.monotonic() > deadline:
             tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
             raise RuntimeError(f"{name} did not start listening on {', '.join(map(str, ports))}:\n{tail}")
@@ -122,6 +133,11 @@ def stop_process(process: subprocess.Popen[bytes], name: str) -> None:
             process.wait()
 
 
+def environment_without_lavin() -> dict[str, str]:
+    """This environment without LAVIN_* settings, which would override a broker's flags."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("LAVIN_")}
+
+
 @contextmanager
 def lavin(
     workdir: Path, extra_args: Sequence[str] = (), *, certificates: Certificates | None = None
@@ -138,14 +154,15 @@ def lavin(
     if certificates is not None:
         command += ["--tls-cert", str(certificates.cert), "--tls-key", str(certificates.key),
                     "--amqps-port", str(amqps_port), "--https-port", "-1"]  # fmt: skip
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LAVIN_")}
     with open(log, "wb") as output:
-        process = subprocess.Popen([*command, *extra_args], stdout=output, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(
+            [*command, *extra_args], stdout=output, stderr=subprocess.STDOUT, env=environment_without_lavin()
+        )
     try:
         ports = (port, http_port) if amqps_port is None else (port, http_port, amqps_port)
         wait_until_listening(ports, process, "Lavin", log)
-        ca = certificates.ca if certificates is not None else None
-        yield Broker("Lavin", port, process.pid, amqps_port, ca, f"ws://127.0.0.1:{http_port}/ws/amqp")
+        amqps_uri, ca = amqps_reach(amqps_port, certificates)
+        yield Broker("Lavin", loopback_uri(port), process.pid, amqps_uri, ca, f"ws://127.0.0.1:{http_port}/ws/amqp")
     finally:
         stop_process(process, "Lavin")
 
@@ -215,7 +232,8 @@ def rabbitmq(workdir: Path, *, certificates: Certificates | None = None) -> Iter
         wait_until_listening((port,) if amqps_port is None else (port, amqps_port), process, "RabbitMQ", log)
         # The Erlang VM's own pid (the script's child), whose /proc entry covers every scheduler.
         pid = int((base / "pid").read_text().strip())
-        yield Broker("RabbitMQ", port, pid, amqps_port, certificates.ca if certificates is not None else None)
+        amqps_uri, ca = amqps_reach(amqps_port, certificates)
+        yield Broker("RabbitMQ", loopback_uri(port), pid, amqps_uri, ca)
     finally:
         stop_process(process, "RabbitMQ")
         epmd = shutil.which("epmd")

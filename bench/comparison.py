@@ -1,14 +1,17 @@
-"""Lavin against RabbitMQ on this machine: the same lavin-perf scenarios on both brokers.
+"""Lavin against RabbitMQ and any further brokers on this machine: the same lavin-perf scenarios on each.
 
     bench/compare [--duration 5] [--rounds 3] [--connections 1000] [--queues 2000] [--only WORD]
+                  [--peer NAME=URI[,START_CMD]] [--peer-pid NAME=PID] [--no-rabbitmq]
 
 Starts a Lavin and a private RabbitMQ node (`lavin.bench.brokers`; rabbitmq-server is
 installed with apt-get when missing), both with AMQPS on a certificate made for the run,
-runs every scenario on Lavin, then on RabbitMQ, then again (A B A B ...) so machine noise
-hits both, and prints a Markdown table of the medians: the figure compared, the
-Lavin/RabbitMQ ratio, and each broker's CPU time per message (or queue, or connection)
-read from /proc. A scenario over a transport a broker lacks (AMQP over WebSocket on
-RabbitMQ 3.10) shows n/a.
+and the peers (`lavin.bench.peers`: started from START_CMD, or already running at URI),
+runs every scenario on each broker in turn, then again (A B C A B C ...) so machine noise
+hits all, and prints a Markdown table of the medians: the figure compared, the ratio of
+Lavin to each other broker, and each broker's CPU time per message (or queue, or
+connection) read from /proc when its pid is known. A scenario a broker cannot run (AMQP
+over WebSocket on RabbitMQ 3.10, AMQPS on a peer without `{amqps_port}`, a figure read
+from /proc without a pid) shows n/a.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from lavin.bench.brokers import Broker, Transport, ensure_rabbitmq_installed, lavin, rabbitmq, write_certificates
 from lavin.bench.measure import process_cpu_seconds
+from lavin.bench.peers import PeerSpec, parse_peer, parse_peer_pid, peer
 
 RUN_TIMEOUT_MARGIN = 180.0  # on top of a scenario's duration: set-up, draining, queue deletion
 IDLE_CPU_SHARE = 0.05  # a broker using less of a core than this has finished the previous run's work
@@ -49,6 +53,14 @@ class Scenario:
 class Measured:
     metric: float | None
     cpu: float | None
+
+
+# A scenario and its runs on each broker, in the order of the table's columns.
+Row = tuple[Scenario, list[list[Measured]]]
+
+
+BODY_SIZES = (("1 KiB", 1 << 10, 1000), ("64 KiB", 1 << 16, 100), ("1 MiB", 1 << 20, 10), ("16 MiB", 1 << 24, 2))
+BACKLOG_BYTES = 10**9  # lavin-perf backlog --backlog-bytes 10000000000 for the 10 GB of the full run
 
 
 def scenarios(connections: int, churn_queues: int) -> tuple[Scenario, list[Scenario]]:
@@ -80,18 +92,40 @@ def scenarios(connections: int, churn_queues: int) -> tuple[Scenario, list[Scena
                  "consume_rate", "msg/s", per_message, transport=Transport.AMQPS),
         Scenario("AMQP over WebSocket autoack throughput", ("throughput", "--autoack", *message), "consume_rate",
                  "msg/s", per_message, transport=Transport.WEBSOCKET),
+        *(Scenario(f"{name} bodies, manual ack, prefetch {prefetch}",
+                   ("throughput", "--size", str(size), "--prefetch", str(prefetch)),
+                   "consume_mb_per_s", "MB/s", per_message)
+          for name, size, prefetch in BODY_SIZES),
+        # Confirms keep the publisher within a window of the broker: unchecked, it runs so far ahead
+        # of 100 queues' deliveries that its last round trip waits behind them for tens of seconds.
+        Scenario("fan-out to 100 queues, a consumer each, confirms", ("fanout", "--queues", "100", "--confirm", "1000",
+                 *message), "consume_rate", "deliveries/s", per_message),
+        Scenario("topic, 10,000 wildcard bindings, 10 queues", ("topic", "--queues", "10", "--bindings", "10000",
+                 *message), "consume_rate", "msg/s", per_message),
+        Scenario("1,000 connections at 100 msg/s each, 1,000 consumers",
+                 ("many-connections", "--connections", "1000", "--rate-per-connection", "100", "--prefetch", "100",
+                  *message), "consume_rate", "msg/s", per_message),
+        Scenario("10,000 queues, a consumer each", ("many-queues", "--queues", "10000", "--prefetch", "100", *message),
+                 "consume_rate", "msg/s", per_message),
+        # Both brokers keep their data under the temporary directory: dd writes to the same disk.
+        Scenario(f"backlog of {BACKLOG_BYTES / 1e9:g} GB (64 KiB, persistent), 10 consumers",
+                 ("backlog", "--backlog-bytes", str(BACKLOG_BYTES)), "consume_mb_per_s", "MB/s", per_message,
+                 timed=False),
+        Scenario(f"dd to the same disk ({BACKLOG_BYTES / 1e9:g} GB, O_DIRECT)",
+                 ("disk", "--dd-dir", tempfile.gettempdir(), "--bytes", str(BACKLOG_BYTES)),
+                 "dd.write_mb_per_s", "MB/s", per_message, timed=False),
     ]  # fmt: skip
     return idle, repeated
 
 
-def wait_until_idle(broker: Broker) -> None:
+def wait_until_idle(pid: int) -> None:
     """Let the broker finish what the previous run left (deleting a full queue, garbage
     collection) so that it is not billed to the next run."""
     deadline = time.monotonic() + IDLE_WAIT
     while time.monotonic() < deadline:
-        before = process_cpu_seconds(broker.pid)
+        before = process_cpu_seconds(pid)
         time.sleep(IDLE_SAMPLE)
-        if process_cpu_seconds(broker.pid) - before < IDLE_CPU_SHARE * IDLE_SAMPLE:
+        if process_cpu_seconds(pid) - before < IDLE_CPU_SHARE * IDLE_SAMPLE:
             return
 
 
@@ -116,11 +150,15 @@ def run_scenario(scenario: Scenario, broker: Broker, duration: float) -> Measure
     if reach is None:
         print(f"n/a: no {scenario.transport.value} listener", file=sys.stderr)
         return Measured(None, None)
-    command = [sys.executable, "-m", "lavin.bench.perf", *scenario.arguments,
-               *reach, "--broker-pid", str(broker.pid), "--json"]  # fmt: skip
+    if broker.pid is None and scenario.metric.startswith("broker_"):
+        print("n/a: read from the broker's /proc entry, and its pid is not known", file=sys.stderr)
+        return Measured(None, None)
+    command = [sys.executable, "-m", "lavin.bench.perf", *scenario.arguments, *reach, "--json"]
     if scenario.timed:
         command += ["--duration", str(duration)]
-    wait_until_idle(broker)
+    if broker.pid is not None:
+        command += ["--broker-pid", str(broker.pid)]
+        wait_until_idle(broker.pid)
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=duration + RUN_TIMEOUT_MARGIN, check=False
@@ -144,17 +182,34 @@ def median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def print_table(rows: list[tuple[Scenario, list[Measured], list[Measured]]]) -> None:
-    print("| scenario | unit | Lavin | RabbitMQ | Lavin/RabbitMQ | broker CPU µs/op: Lavin | RabbitMQ |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for scenario, lavin_runs, rabbitmq_runs in rows:
-        ours = median([run.metric for run in lavin_runs])
-        theirs = median([run.metric for run in rabbitmq_runs])
-        ratio = f"{ours / theirs:.2f}" if ours is not None and theirs else "n/a"
-        ours_cpu = median([run.cpu for run in lavin_runs])
-        theirs_cpu = median([run.cpu for run in rabbitmq_runs])
-        print(f"| {scenario.label} | {scenario.unit} | {show(ours)} | {show(theirs)} | {ratio} "
-              f"| {show(ours_cpu)} | {show(theirs_cpu)} |")  # fmt: skip
+def print_table(names: list[str], rows: list[Row]) -> None:
+    """Medians per broker, the first broker's ratio to each other one, then CPU per operation."""
+    first, others = names[0], names[1:]
+    header = ["scenario", "unit", *names, *(f"{first}/{other}" for other in others),
+              f"broker CPU µs/op: {first}", *others]  # fmt: skip
+    print("| " + " | ".join(header) + " |")
+    print("|---|---|" + "---:|" * (len(header) - 2))
+    for scenario, runs in rows:
+        metrics = [median([run.metric for run in broker_runs]) for broker_runs in runs]
+        cpus = [median([run.cpu for run in broker_runs]) for broker_runs in runs]
+        ours = metrics[0]
+        ratios = [f"{ours / theirs:.2f}" if ours is not None and theirs else "n/a" for theirs in metrics[1:]]
+        cells = [scenario.label, scenario.unit, *map(show, metrics), *ratios, *map(show, cpus)]
+        print("| " + " | ".join(cells) + " |")
+
+
+def peer_pids(parser: argparse.ArgumentParser, peers: list[PeerSpec], given: list[tuple[str, int]]) -> dict[str, int]:
+    names = [spec.name for spec in peers]
+    taken = {"Lavin", "RabbitMQ"}
+    for name in names:
+        if name in taken:
+            parser.error(f"--peer {name}: that name is taken")
+        taken.add(name)
+    pids = dict(given)
+    for name in pids:
+        if name not in names:
+            parser.error(f"--peer-pid {name}: no --peer of that name")
+    return pids
 
 
 def main() -> None:
@@ -170,27 +225,49 @@ def main() -> None:
         metavar="WORD",
         help="run only the scenarios whose label contains WORD (repeatable)",
     )
+    parser.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        type=parse_peer,
+        metavar="NAME=URI[,START_CMD]",
+        help="also compare against this broker, started from START_CMD (placeholders: {data_dir}, {cert}, {key}, "
+        "{ca}, {NAME_port}) or already running at URI (repeatable)",
+    )
+    parser.add_argument(
+        "--peer-pid",
+        action="append",
+        default=[],
+        type=parse_peer_pid,
+        metavar="NAME=PID",
+        help="the process whose CPU time counts for peer NAME (default: START_CMD's; none for a running peer)",
+    )
+    parser.add_argument("--no-rabbitmq", action="store_true", help="compare against the peers only")
     args = parser.parse_args()
-    ensure_rabbitmq_installed()
+    pids = peer_pids(parser, args.peer, args.peer_pid)
+    if not args.no_rabbitmq:
+        ensure_rabbitmq_installed()
     idle, repeated = scenarios(args.connections, args.queues)
     if args.only:
         repeated = [scenario for scenario in repeated if any(word in scenario.label for word in args.only)]
-    with tempfile.TemporaryDirectory(prefix="lavin-compare-") as workdir, ExitStack() as brokers:
+    with tempfile.TemporaryDirectory(prefix="lavin-compare-") as workdir, ExitStack() as stack:
         certificates = write_certificates(Path(workdir) / "tls")
-        ours = brokers.enter_context(lavin(Path(workdir), certificates=certificates))
-        theirs = brokers.enter_context(rabbitmq(Path(workdir), certificates=certificates))
-        # First, while both brokers are fresh: memory freed by message runs would hide connection growth.
-        rows = []
+        brokers = [stack.enter_context(lavin(Path(workdir), certificates=certificates))]
+        if not args.no_rabbitmq:
+            brokers.append(stack.enter_context(rabbitmq(Path(workdir), certificates=certificates)))
+        for spec in args.peer:
+            brokers.append(stack.enter_context(peer(spec, Path(workdir), certificates, pids.get(spec.name))))
+        # First, while the brokers are fresh: memory freed by message runs would hide connection growth.
+        rows: list[Row] = []
         if not args.only or any(word in idle.label for word in args.only):
-            rows.append((idle, [run_scenario(idle, ours, args.duration)], [run_scenario(idle, theirs, args.duration)]))
+            rows.append((idle, [[run_scenario(idle, broker, args.duration)] for broker in brokers]))
         for scenario in repeated:
-            lavin_runs: list[Measured] = []
-            rabbitmq_runs: list[Measured] = []
+            runs: list[list[Measured]] = [[] for _ in brokers]
             for _ in range(args.rounds):
-                lavin_runs.append(run_scenario(scenario, ours, args.duration))
-                rabbitmq_runs.append(run_scenario(scenario, theirs, args.duration))
-            rows.append((scenario, lavin_runs, rabbitmq_runs))
-    print_table(rows)
+                for broker, broker_runs in zip(brokers, runs, strict=True):
+                    broker_runs.append(run_scenario(scenario, broker, args.duration))
+            rows.append((scenario, runs))
+    print_table([broker.name for broker in brokers], rows)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ from lavin.bench.measure import BrokerCpu, percentiles_ms
 from lavin.bench.scan import verify_totals
 from lavin.bench.workers import LoadSpec, Signals, Stamp, consume, produce
 
+Worker = Callable[[LoadSpec, int, int, Signals], None]  # process entry: spec, index, progress slot, signals
+MB = 1e6
+
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 90.0  # a stopping producer may still wait for its confirms
 IDLE_TIMEOUT = 5.0  # a drain without progress for this long is over: what is missing is lost
@@ -120,21 +123,24 @@ def run_load(
     *,
     duration: float,
     drain: bool,
-    expected: int = 0,
+    expected: dict[int, int] | None = None,
     broker_pid: int | None = None,
     progress: TextIO | None = None,
+    producer: Worker = produce,
+    consumer: Worker = consume,
+    copies: int = 1,
 ) -> dict[str, Any]:
     """Publish for `duration` seconds (0: until each producer sent `spec.count`), then,
-    with `drain`, consume until everything published (or `expected`, with no producers)
-    has arrived."""
+    with `drain`, consume until everything published (or `expected`, messages per stream
+    already queued, with no producers) has arrived, `copies` times over (fan-out)."""
     context = multiprocessing.get_context("fork")
     signals = Signals(context, producers + consumers)
     workers: dict[tuple[str, int], BaseProcess] = {}
     for index in range(producers):
-        workers[("producer", index)] = context.Process(target=produce, args=(spec, index, index, signals), daemon=True)
+        workers[("producer", index)] = context.Process(target=producer, args=(spec, index, index, signals), daemon=True)
     for index in range(consumers):
         workers[("consumer", index)] = context.Process(
-            target=consume, args=(spec, index, producers + index, signals), daemon=True
+            target=consumer, args=(spec, index, producers + index, signals), daemon=True
         )
     for process in workers.values():
         process.start()
@@ -156,8 +162,10 @@ def run_load(
         if consumers:
             if drain:
                 published = sum(watcher.results[("producer", index)]["published"] for index in range(producers))
+                if not producers:
+                    published = sum((expected or {}).values())
                 with contextlib.suppress(KeyboardInterrupt):
-                    watcher.drain(published if producers else expected)
+                    watcher.drain(published * copies)
             signals.stop_consumers.set()
             watcher.until(lambda: watcher.finished("consumer") == consumers, STOP_TIMEOUT, "the consumers to stop")
         broker_cpu.stop()
@@ -168,11 +176,16 @@ def run_load(
             process.join(timeout=5)
             if process.is_alive():
                 process.terminate()
-    return summarize(spec, watcher.results, started_ns, broker_cpu)
+    return summarize(spec, watcher.results, started_ns, broker_cpu, expected or {}, copies)
 
 
 def summarize(
-    spec: LoadSpec, results: dict[tuple[str, int], dict[str, Any]], started_ns: int, broker_cpu: BrokerCpu
+    spec: LoadSpec,
+    results: dict[tuple[str, int], dict[str, Any]],
+    started_ns: int,
+    broker_cpu: BrokerCpu,
+    expected: dict[int, int],
+    copies: int,
 ) -> dict[str, Any]:
     producers = {index: result for (role, index), result in results.items() if role == "producer"}
     consumers = [result for (role, _), result in results.items() if role == "consumer"]
@@ -182,6 +195,7 @@ def summarize(
     if producers:
         summary["published"] = published
         summary["publish_rate"] = published / max(result["elapsed"] for result in producers.values())
+        summary["publish_mb_per_s"] = summary["publish_rate"] * spec.size / MB
         if spec.confirm:
             summary["nacked"] = sum(result["nacked"] for result in producers.values())
     if consumers:
@@ -189,11 +203,13 @@ def summarize(
         last_ns = max(result["last_ns"] for result in consumers)
         summary["consumed"] = consumed
         summary["consume_rate"] = consumed / ((last_ns - started_ns) / 1e9) if consumed else 0.0
+        summary["consume_mb_per_s"] = summary["consume_rate"] * spec.size / MB
     if spec.stamp is Stamp.SEQUENCE:
-        summary["verify"] = verify_totals(
-            {index: result["published"] for index, result in producers.items()},
-            [result["check"] for result in consumers],
-        )
+        streams = dict(expected)
+        for result in producers.values():
+            streams.update(result["streams"])
+        checks = [check for result in consumers for check in result["checks"]]
+        summary["verify"] = verify_totals(streams, checks, each=copies > 1)
     if spec.stamp is Stamp.CLOCK:
         samples = array("q")
         for result in consumers:

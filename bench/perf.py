@@ -5,6 +5,9 @@
     lavin-perf connections --count 1000 --broker-pid 1234 --json
     lavin-perf throughput --uri amqps://guest:guest@localhost/%2F --tls-ca-cert ca.crt
     lavin-perf throughput --ws ws://127.0.0.1:15672/ws/amqp
+    lavin-perf fanout --queues 100 --verify --count 10000
+    lavin-perf many-connections --connections 1000 --rate-per-connection 100
+    lavin-perf backlog --backlog-bytes 10000000000 --dd-dir /var/lib/lavin
 
 See docs/benchmarks.md for every scenario and what its numbers mean.
 """
@@ -17,17 +20,22 @@ import ssl
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+from lavin.bench.fleet import spread
 from lavin.bench.load import WorkerFailed
 from lavin.bench.scan import CLOCK_STAMP, SEQUENCE_STAMP
 from lavin.bench.scenarios import (
+    backlog,
     consume_only,
+    dd_write,
     idle_connections,
     message_flow,
     queue_churn,
+    routed_flow,
 )
+from lavin.bench.topology import Topology, fanout, queue_per_key, topic
 from lavin.bench.workers import LoadSpec, Stamp
 from lavin.wire_client import Address, AmqpError, connect
 
@@ -35,6 +43,7 @@ DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
 DEFAULT_WEBSOCKET_PATH = "/ws/amqp"
 WEBSOCKET_PORTS = {"ws": 80, "wss": 443}
 BUSY_WORKER_PCT = 90.0  # above this the generator may be what limits the rate
+FLEET_SCENARIOS = ("fanout", "topic", "many-queues", "many-connections")  # many connections per worker process
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -66,22 +75,27 @@ def _common_options() -> argparse.ArgumentParser:
     return parser
 
 
-def _message_options() -> argparse.ArgumentParser:
+def _message_options(routing: bool = True) -> argparse.ArgumentParser:
+    """Message options; the routing scenarios make their own exchange, and name their queues
+    after --queue."""
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("-s", "--size", type=int, default=16, help="body size in bytes (default 16)")
+    parser.add_argument("-s", "--size", type=int, default=16, help="body size in bytes (default %(default)s)")
     parser.add_argument("-p", "--persistent", action="store_true", help="persistent messages, durable queue")
+    parser.add_argument("-c", "--confirm", type=int, default=0, metavar="WINDOW",
+                        help="publisher confirms with at most WINDOW unconfirmed (default off)")  # fmt: skip
+    if not routing:
+        parser.add_argument("-u", "--queue", default="perf-test", help="queue name prefix (default %(default)s)")
+        return parser
     parser.add_argument("-u", "--queue", default="perf-test", help="queue name; declared, purged and deleted")
     parser.add_argument("-e", "--exchange", default="", help="publish through this exchange (direct, declared)")
     parser.add_argument("-k", "--routing-key", help="binding and routing key (default: the queue name)")
-    parser.add_argument("-c", "--confirm", type=int, default=0, metavar="WINDOW",
-                        help="publisher confirms with at most WINDOW unconfirmed (default off)")  # fmt: skip
     return parser
 
 
 def _consumer_options() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("-a", "--autoack", action="store_true", help="no-ack consumers (default: manual acks)")
-    parser.add_argument("-P", "--prefetch", type=int, default=1000, help="prefetch for manual acks (default 1000)")
+    parser.add_argument("-P", "--prefetch", type=int, default=1000, help="manual acks' prefetch (default %(default)s)")
     return parser
 
 
@@ -90,7 +104,7 @@ def _parallel_options(producers: bool, consumers: bool) -> argparse.ArgumentPars
     if producers:
         parser.add_argument("-x", "--producers", type=int, default=1, help="producer processes (default 1)")
     if consumers:
-        parser.add_argument("-y", "--consumers", type=int, default=1, help="consumer processes (default 1)")
+        parser.add_argument("-y", "--consumers", type=int, default=1, help="consumer processes (default %(default)s)")
     return parser
 
 
@@ -141,7 +155,74 @@ def build_parser() -> argparse.ArgumentParser:
 
     churn = commands.add_parser("queue-churn", parents=[common], help="declare+bind, then delete, non-durable queues")
     churn.add_argument("-C", "--count", type=int, default=1000, help="queues (default 1000)")
+    _add_routing_scenarios(commands, common, consumer)
+    _add_backlog_scenarios(commands, common)
     return parser
+
+
+def _counting_options(count_help: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-C", "--count", type=int, default=0, help=count_help)
+    parser.add_argument("-V", "--verify", action="store_true",
+                        help="count lost, duplicated and out-of-order messages, per queue")  # fmt: skip
+    return parser
+
+
+def _add_routing_scenarios(commands: Any, common: argparse.ArgumentParser, consumer: argparse.ArgumentParser) -> None:
+    routed = [common, _message_options(routing=False), consumer, _timed_options(0),
+              _counting_options("messages per producer instead of --duration")]  # fmt: skip
+    one_each = "consumer processes; each holds many connections (default 2)"
+
+    fanout_parser = commands.add_parser("fanout", parents=[*routed, _parallel_options(True, False)],
+                                        help="one fanout exchange to many queues, a consumer each")  # fmt: skip
+    fanout_parser.add_argument("--queues", type=int, default=100, help="queues bound (default 100)")
+    fanout_parser.add_argument("--processes", type=int, default=2, help=one_each)
+
+    topic_parser = commands.add_parser("topic", parents=[*routed, _parallel_options(True, False)],
+                                       help="a topic exchange with many wildcard bindings")  # fmt: skip
+    topic_parser.add_argument("--queues", type=int, default=10, help="queues, a consumer each (default 10)")
+    topic_parser.add_argument("--bindings", type=int, default=10_000,
+                              help="patterns with * and #, two per published key (default 10000)")  # fmt: skip
+    topic_parser.add_argument("--processes", type=int, default=2, help=one_each)
+
+    many_queues = commands.add_parser("many-queues", parents=[*routed, _parallel_options(True, False)],
+                                      help="queues with one consumer each, the messages spread evenly")  # fmt: skip
+    many_queues.add_argument("--queues", type=int, default=10_000, help="queues (default 10000)")
+    many_queues.add_argument("--connections", type=int, default=100,
+                             help="consumer connections the queues are spread over (default 100)")  # fmt: skip
+    many_queues.add_argument("--processes", type=int, default=2, help=one_each)
+
+    clients = commands.add_parser(
+        "many-connections",
+        parents=[common, _message_options(routing=False), consumer,
+                 _counting_options("messages per connection instead of --duration")],
+        help="many producer connections at a fixed rate each, a consumer connection (and queue) each",
+    )  # fmt: skip
+    clients.add_argument("-z", "--duration", type=float, default=10.0, help="seconds to publish (default 10)")
+    clients.add_argument("--connections", type=int, default=1000,
+                         help="producer connections, as many queues and consumers (default 1000)")  # fmt: skip
+    clients.add_argument("--rate-per-connection", type=float, default=100.0, help="msg/s each (default 100)")
+    clients.add_argument("--processes", type=int, default=2,
+                         help="processes per side over which the connections are spread (default 2)")  # fmt: skip
+
+
+def _add_backlog_scenarios(commands: Any, common: argparse.ArgumentParser) -> None:
+    backlog_parser = commands.add_parser(
+        "backlog",
+        parents=[common, _message_options(routing=False), _consumer_options(), _parallel_options(False, True)],
+        help="fill a durable queue with persistent messages, then time how fast consumers drain it",
+    )  # fmt: skip
+    backlog_parser.set_defaults(size=65536, prefetch=100, consumers=10)  # on option objects of its own
+    backlog_parser.add_argument("--backlog-bytes", type=int, default=10**9,
+                                help="bytes of bodies to queue first (default 1 GB)")  # fmt: skip
+    backlog_parser.add_argument("--dd-dir", metavar="DIR",
+                                help="also time dd writing as much to this directory (the broker's disk)")  # fmt: skip
+    backlog_parser.add_argument("-V", "--verify", action="store_true",
+                                help="count lost, duplicated and out-of-order messages")  # fmt: skip
+
+    disk = commands.add_parser("disk", parents=[common], help="dd's write rate to a directory: the disk's limit")
+    disk.add_argument("--dd-dir", metavar="DIR", required=True, help="where to write (the broker's disk)")
+    disk.add_argument("--bytes", type=int, default=2**30, help="bytes to write (default 1 GiB)")
 
 
 def uses_tls(args: argparse.Namespace) -> bool:
@@ -184,8 +265,8 @@ def load_spec(args: argparse.Namespace, stamp: Stamp, producers: int) -> LoadSpe
     return LoadSpec(
         address=broker_address(args),
         queue=args.queue,
-        exchange=args.exchange,
-        routing_key=args.routing_key or args.queue,
+        exchange=getattr(args, "exchange", ""),
+        routing_key=getattr(args, "routing_key", None) or args.queue,
         size=args.size,
         persistent=args.persistent,
         confirm=args.confirm,
@@ -210,11 +291,43 @@ def run_scenario(args: argparse.Namespace) -> dict[str, Any]:
     if scenario == "latency":
         spec = load_spec(args, Stamp.CLOCK, 1)
         return message_flow(spec, 1, 1, args.duration, args.broker_pid, progress)
+    if scenario == "disk":
+        return {"dd": dd_write(args.dd_dir, args.bytes)}
+    if scenario == "backlog":
+        spec = load_spec(args, Stamp.SEQUENCE if args.verify else Stamp.NONE, 1)
+        return backlog(spec, args.backlog_bytes, args.consumers, args.dd_dir, args.broker_pid, progress)
+    if scenario in FLEET_SCENARIOS:
+        return run_routed(args, progress)
     consumers = args.consumers if scenario == "throughput" else 0
     stamp = Stamp.SEQUENCE if getattr(args, "verify", False) else Stamp.NONE
     spec = load_spec(args, stamp, args.producers)
     duration = 0.0 if spec.count else args.duration
     return message_flow(spec, args.producers, consumers, duration, args.broker_pid, progress)
+
+
+def run_routed(args: argparse.Namespace, progress: TextIO | None) -> dict[str, Any]:
+    """fanout, topic, many-queues and many-connections: a topology and fleets of connections."""
+    prefix = args.queue
+    duration = 0.0 if args.count else args.duration
+    if args.scenario == "many-connections":
+        # Latency stamps come for free unless the bodies carry sequence stamps instead.
+        stamp = Stamp.SEQUENCE if args.verify else Stamp.CLOCK if args.size >= CLOCK_STAMP.size else Stamp.NONE
+        spec = replace(load_spec(args, stamp, 1), rate=args.rate_per_connection)
+        topology = queue_per_key(prefix, args.connections)
+        processes = min(args.processes, args.connections)
+        producers = spread(topology.publish_keys, args.connections, processes)
+        consumers = spread(topology.queues, args.connections, processes)
+        return routed_flow(spec, topology, consumers, producers, duration, args.broker_pid, progress)
+    spec = load_spec(args, Stamp.SEQUENCE if args.verify else Stamp.NONE, args.producers)
+    topology: Topology
+    if args.scenario == "fanout":
+        topology, connections = fanout(prefix, args.queues), args.queues  # one consumer connection per queue
+    elif args.scenario == "topic":
+        topology, connections = topic(prefix, args.queues, args.bindings), args.queues
+    else:
+        topology, connections = queue_per_key(prefix, args.queues), min(args.connections, args.queues)
+    consumers = spread(topology.queues, connections, min(args.processes, connections))
+    return routed_flow(spec, topology, consumers, args.producers, duration, args.broker_pid, progress)
 
 
 def tls_session(address: Address) -> dict[str, str]:
@@ -236,6 +349,13 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--tls-key goes with --tls-cert")
     if args.scenario == "connections" and args.broker_pid is None:
         parser.error("connections needs --broker-pid to read the broker's RSS")
+    if args.scenario == "many-connections" and args.confirm:
+        parser.error(f"{args.scenario} does not wait for publisher confirms")
+    if args.scenario in FLEET_SCENARIOS and (args.ws or uses_tls(args)):
+        parser.error(f"{args.scenario} runs over plain TCP only: its workers wait on many sockets with select")
+    for name in ("queues", "connections", "processes", "bindings", "rate_per_connection", "backlog_bytes"):
+        if getattr(args, name, 1) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
     for name in ("producers", "consumers"):
         if getattr(args, name, 1) < 1:
             parser.error(f"--{name} must be at least 1")

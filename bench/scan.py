@@ -26,7 +26,7 @@ from lavin.wire_client import (
 
 CONFIRM_ARGS = struct.Struct(">QB")  # delivery tag, multiple bit
 # Stamps at the start of a message body.
-SEQUENCE_STAMP = struct.Struct(">IQ")  # producer id, sequence number from 0
+SEQUENCE_STAMP = struct.Struct(">IQ")  # stream id (a producer, or one routing key of it), sequence from 0
 CLOCK_STAMP = struct.Struct(">Q")  # CLOCK_MONOTONIC nanoseconds at publish time
 
 BodyHandler = Callable[[bytearray, int], None]
@@ -126,22 +126,22 @@ class ConfirmTracker:
 
 
 class SequenceCheck:
-    """Which sequence numbers arrived from each producer, and how many came twice or late.
+    """Which sequence numbers arrived from each stream, and how many came twice or late.
 
-    Late means below the highest number this consumer already saw from that producer.
+    Late means below the highest number this consumer already saw from that stream.
     """
 
     def __init__(self) -> None:
-        self.seen: dict[int, bytearray] = {}  # producer id -> bitmap of sequence numbers
+        self.seen: dict[int, bytearray] = {}  # stream id -> bitmap of sequence numbers
         self._highest: dict[int, int] = {}
         self.duplicated = 0
         self.out_of_order = 0
 
     def on_body(self, buffer: bytearray, offset: int) -> None:
-        producer, sequence = SEQUENCE_STAMP.unpack_from(buffer, offset)
-        bitmap = self.seen.get(producer)
+        stream, sequence = SEQUENCE_STAMP.unpack_from(buffer, offset)
+        bitmap = self.seen.get(stream)
         if bitmap is None:
-            bitmap = self.seen[producer] = bytearray()
+            bitmap = self.seen[stream] = bytearray()
         index, bit = sequence >> 3, 1 << (sequence & 7)
         if index >= len(bitmap):
             bitmap.extend(bytes(index + 4096 - len(bitmap)))
@@ -149,29 +149,37 @@ class SequenceCheck:
             self.duplicated += 1
             return
         bitmap[index] |= bit
-        highest = self._highest.get(producer, -1)
+        highest = self._highest.get(stream, -1)
         if sequence < highest:
             self.out_of_order += 1
         else:
-            self._highest[producer] = sequence
+            self._highest[stream] = sequence
 
 
-def verify_totals(published: dict[int, int], checks: list[SequenceCheck]) -> dict[str, int]:
-    """Lost, duplicated and out-of-order counts over all consumers.
+def verify_totals(published: dict[int, int], checks: list[SequenceCheck], *, each: bool = False) -> dict[str, int]:
+    """Lost, duplicated and out-of-order counts over all consumers, given how many messages
+    went out per stream (a producer, or one routing key of a producer).
 
-    A sequence number seen by two consumers is a duplicate too (the broker delivered it twice).
+    By default every message is due once in all: a sequence number seen by two consumers is a
+    duplicate too (the broker delivered it twice). With `each` (fan-out) every check stands for
+    one queue and is due every message.
     """
+    if each:
+        totals = [verify_totals(published, [check]) for check in checks]
+        return {key: sum(total[key] for total in totals) for key in ("lost", "duplicated", "out_of_order")}
     duplicated = sum(check.duplicated for check in checks)
+    unions: dict[int, int] = {}
+    for check in checks:
+        for stream, seen in check.seen.items():
+            bitmap = int.from_bytes(seen, "little")
+            duplicated += bitmap.bit_count()
+            unions[stream] = unions.get(stream, 0) | bitmap
     distinct = 0
-    for producer in published:
-        union = 0
-        seen_total = 0
-        for check in checks:
-            bitmap = int.from_bytes(check.seen.get(producer, b""), "little")
-            seen_total += bitmap.bit_count()
-            union |= bitmap
-        distinct += union.bit_count()
-        duplicated += seen_total - union.bit_count()
+    for stream, union in unions.items():
+        # Numbers past what the stream published count as duplicates: nothing sent them.
+        in_range = union & ((1 << published.get(stream, 0)) - 1)
+        distinct += in_range.bit_count()
+        duplicated -= in_range.bit_count()
     return {
         "lost": sum(published.values()) - distinct,
         "duplicated": duplicated,

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import math
 import os
-import resource
+import subprocess
 import time
 from dataclasses import replace
-from functools import partial
 from typing import Any, TextIO
 
-from lavin.bench.load import run_load
+from lavin.bench.fleet import Link, fleet_consumer, fleet_producer, open_idle_connections
+from lavin.bench.load import MB, Worker, run_load
 from lavin.bench.measure import BrokerCpu, own_cpu_seconds, process_rss_kib
-from lavin.bench.workers import LoadSpec, Stamp
+from lavin.bench.topology import Topology, declare_topology, delete_topology
+from lavin.bench.workers import LoadSpec, Stamp, produce
 from lavin.wire_client import CHANNEL, Address, Connection, close_all, connect
 from pamqp import commands
 
-CONNECT_BATCH = 100  # connections whose handshakes advance together
 SETTLE_SECONDS = 1.0  # after opening connections, before reading the broker's RSS
 
 
@@ -85,7 +85,7 @@ def consume_only(
         consumers,
         duration=0,
         drain=True,
-        expected=filled["published"],
+        expected=dict.fromkeys(range(producers), per_producer),
         broker_pid=broker_pid,
         progress=progress,
     )
@@ -93,31 +93,74 @@ def consume_only(
     return {"preloaded": filled["published"], "preload_rate": filled["publish_rate"], **result}
 
 
-def raise_file_limit(needed: int) -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        ceiling = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+def routed_flow(
+    spec: LoadSpec,
+    topology: Topology,
+    consumers: list[list[Link]],
+    producers: list[list[Link]] | int,
+    duration: float,
+    broker_pid: int | None,
+    progress: TextIO | None,
+) -> dict[str, Any]:
+    """Messages through `topology` to fleets of consumers (`consumers`: per process, per
+    connection, the queues it consumes). `producers` is a count of one-connection producers
+    that cycle over the topology's keys, or a paced fleet (per process, per connection, the
+    keys it publishes to)."""
+    declare_topology(spec.address, topology, spec.persistent)
+    spec = replace(spec, exchange=topology.exchange, queue=topology.queues[0], routing_keys=topology.publish_keys)
+    producer: Worker = produce if isinstance(producers, int) else fleet_producer(producers)
+    result = run_load(
+        spec,
+        producers if isinstance(producers, int) else len(producers),
+        len(consumers),
+        duration=duration,
+        drain=spec.stamp is Stamp.SEQUENCE or spec.count > 0,
+        broker_pid=broker_pid,
+        progress=progress,
+        producer=producer,
+        consumer=fleet_consumer(consumers),
+        copies=topology.copies,
+    )
+    delete_topology(spec.address, topology)
+    connections = sum(len(process) for process in consumers)
+    return {"queues": len(topology.queues), "bindings": len(topology.bindings), "consumer_connections": connections,
+            **result}  # fmt: skip
 
 
-def open_idle_connections(address: Address, count: int, opened: list[Connection]) -> None:
-    """Open `count` connections with one channel each, heartbeats off, into `opened` (which
-    holds every socket opened so far if a handshake fails)."""
-    raise_file_limit(count + 64)
-    for first in range(0, count, CONNECT_BATCH):
-        group = [Connection(address) for _ in range(min(CONNECT_BATCH, count - first))]
-        opened += group
-        steps = [
-            (
-                *connection.handshake_steps(),
-                partial(connection.send, commands.Channel.Open(), CHANNEL),
-                partial(connection.expect, commands.Channel.OpenOk, CHANNEL),
-            )
-            for connection in group
-        ]
-        for stage in zip(*steps, strict=True):
-            for step in stage:
-                step()
+def backlog(
+    spec: LoadSpec, target_bytes: int, consumers: int, dd_dir: str | None, broker_pid: int | None,
+    progress: TextIO | None,
+) -> dict[str, Any]:  # fmt: skip
+    """Persistent messages into a durable queue until `target_bytes` of bodies, then drained
+    by `consumers`; with `dd_dir`, dd's rate of writing as much to that disk beside it."""
+    result = consume_only(
+        replace(spec, persistent=True), 1, consumers, math.ceil(target_bytes / spec.size), broker_pid, progress
+    )
+    result = {"backlog_bytes": result["preloaded"] * spec.size,
+              "preload_mb_per_s": result["preload_rate"] * spec.size / MB, **result}  # fmt: skip
+    if dd_dir is not None:
+        result["dd"] = dd_write(dd_dir, target_bytes)
+    return result
+
+
+def dd_write(directory: str, size: int) -> dict[str, Any]:
+    """The disk's own rate: dd writes `size` bytes (whole MiB) of zeros to a file there,
+    bypassing the page cache (oflag=direct), or flushing at the end (conv=fdatasync) where the
+    file system refuses O_DIRECT (tmpfs)."""
+    path = os.path.join(directory, f"lavin-perf-dd-{os.getpid()}")
+    mib = max(1, size // 2**20)
+    try:
+        for flag in ("oflag=direct", "conv=fdatasync"):
+            command = ["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mib}", flag]
+            started = time.monotonic()
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+            elapsed = time.monotonic() - started
+            if done.returncode == 0:
+                return {"command": " ".join(command), "write_mb_per_s": mib * 2**20 / elapsed / MB}
+        raise OSError(f"dd failed: {done.stderr.strip()}")
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
 
 
 def idle_connections(address: Address, count: int, broker_pid: int) -> dict[str, Any]:

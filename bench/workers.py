@@ -15,7 +15,7 @@ import ssl
 import struct
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -43,6 +43,7 @@ from lavin.wire_client import (
 from pamqp import commands
 
 BATCH = 256  # publishes per write when nothing smaller is due
+BATCH_BYTES = 4 * 1024 * 1024  # ... and at most this much per write, large bodies being one at least
 MAX_PACING_SLEEP = 0.05  # seconds; a paced producer still notices `stop` quickly
 STOP_POLL_SECONDS = 0.1  # a consumer read gives up after this long to check `stop`
 STOP_POLL = struct.pack("ll", 0, int(STOP_POLL_SECONDS * 1e6))
@@ -72,6 +73,11 @@ class LoadSpec:
     autoack: bool
     prefetch: int
     stamp: Stamp
+    routing_keys: tuple[str, ...] = ()  # publish to each in turn instead of to routing_key
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.routing_keys or (self.routing_key,)
 
 
 class Signals:
@@ -108,25 +114,39 @@ def run_worker(role: str, index: int, signals: Signals, work: Callable[[Callable
 
 
 class PublishBatches:
-    """The bytes of the next n publishes, from one pre-encoded message."""
+    """The bytes of the next n publishes, from pre-encoded messages of one length.
 
-    def __init__(self, message: EncodedMessage, stamp: Stamp, producer: int) -> None:
-        self._message = message.data
-        self._stride = len(message.data)
-        self._body_offset = message.body_offset
+    Publish n is `messages[n % K]` (one per routing key). Its sequence stamp names stream
+    `first_stream + n % K` and numbers it n // K: each routing key is a stream of its own,
+    numbered from 0, so order can be checked per destination queue.
+    """
+
+    def __init__(self, messages: Sequence[EncodedMessage], stamp: Stamp, first_stream: int) -> None:
+        self._stride = len(messages[0].data)
+        if any(len(message.data) != self._stride for message in messages):
+            raise ValueError("routing keys of one batch must have the same length")
+        self._keys = len(messages)
+        self._body_offset = messages[0].body_offset
         self._stamp = stamp
-        self._producer = producer
-        self._full_batch = message.data * BATCH  # unstamped bodies never change: reuse it
+        self._first_stream = first_stream
+        self.size = max(1, min(BATCH, BATCH_BYTES // self._stride))  # publishes per write at most
+        # Enough whole cycles that the next `size` publishes from any key are one slice; unstamped
+        # bodies never change, so it is written again and again without a copy.
+        cycles = -(-(self._keys + self.size - 1) // self._keys)
+        self._cycles = memoryview(b"".join(message.data for message in messages) * cycles)
 
-    def take(self, first_sequence: int, count: int) -> bytes | bytearray:
+    def take(self, first_sequence: int, count: int) -> memoryview | bytearray:
+        start = first_sequence % self._keys * self._stride
+        chunk = self._cycles[start : start + count * self._stride]
         if self._stamp is Stamp.NONE:
-            return self._full_batch if count == BATCH else self._message * count
-        batch = bytearray(self._message * count)
+            return chunk
+        batch = bytearray(chunk)
         offsets = range(self._body_offset, self._body_offset + count * self._stride, self._stride)
         if self._stamp is Stamp.SEQUENCE:
-            pack, producer = SEQUENCE_STAMP.pack_into, self._producer
-            for sequence, offset in enumerate(offsets, first_sequence):
-                pack(batch, offset, producer, sequence)
+            pack, keys, first_stream = SEQUENCE_STAMP.pack_into, self._keys, self._first_stream
+            for number, offset in enumerate(offsets, first_sequence):
+                sequence, key = divmod(number, keys)
+                pack(batch, offset, first_stream + key, sequence)
         else:
             pack, now = CLOCK_STAMP.pack_into, time.monotonic_ns()
             for offset in offsets:
@@ -210,11 +230,8 @@ def _produce(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Cal
     connection = connect(spec.address)
     if spec.confirm:
         connection.call(commands.Confirm.Select(), commands.Confirm.SelectOk, CHANNEL)
-    properties = PERSISTENT if spec.persistent else None
-    message = encode_publish(
-        CHANNEL, spec.exchange, spec.routing_key, bytes(spec.size), properties, connection.frame_max
-    )
-    batches = PublishBatches(message, spec.stamp, index)
+    keys = spec.keys
+    batches = publish_batches(spec, keys, connection.frame_max, index * len(keys))
     confirms = ConfirmTracker()
     stream = connection.stream
     reads = Reads(connection)
@@ -225,7 +242,7 @@ def _produce(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Cal
     pacer = Pacer(spec.rate) if spec.rate else None
     published = 0
     while not signals.stop_producers.is_set():
-        wanted = BATCH if not spec.count else min(BATCH, spec.count - published)
+        wanted = batches.size if not spec.count else min(batches.size, spec.count - published)
         if wanted == 0:
             break
         if pacer is not None:
@@ -250,7 +267,26 @@ def _produce(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Cal
     elapsed = time.monotonic() - started
     cpu = own_cpu_seconds() - cpu_before
     connection.close()
-    return {"published": published, "nacked": confirms.nacked, "elapsed": elapsed, "cpu": cpu}
+    return {
+        "published": published,
+        "streams": stream_counts(index * len(keys), len(keys), published),
+        "nacked": confirms.nacked,
+        "elapsed": elapsed,
+        "cpu": cpu,
+    }
+
+
+def publish_batches(spec: LoadSpec, keys: Sequence[str], frame_max: int, first_stream: int) -> PublishBatches:
+    properties = PERSISTENT if spec.persistent else None
+    body = bytes(spec.size)
+    messages = [encode_publish(CHANNEL, spec.exchange, key, body, properties, frame_max) for key in keys]
+    return PublishBatches(messages, spec.stamp, first_stream)
+
+
+def stream_counts(first_stream: int, keys: int, published: int) -> dict[int, int]:
+    """How many of `published` publishes, cycling over `keys` routing keys, went to each stream."""
+    rounds, extra = divmod(published, keys)
+    return {first_stream + key: rounds + (key < extra) for key in range(keys)}
 
 
 def _read_replies(connection: Connection, reads: Reads, confirms: ConfirmTracker, wait: bool) -> None:
@@ -316,6 +352,6 @@ def _consume(spec: LoadSpec, index: int, slot: int, signals: Signals, ready: Cal
         "last_ns": last_ns,
         "elapsed": elapsed,
         "cpu": cpu,
-        "check": check,
+        "checks": [check] if check is not None else [],
         "latencies_ns": latencies.samples_ns if latencies is not None else array("q"),
     }

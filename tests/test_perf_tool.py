@@ -149,8 +149,91 @@ def test_a_websocket_upgrade_the_broker_refuses_fails_the_run(tls_broker: TlsBro
     assert "WebSocket upgrade of /ws/nothing refused: HTTP/1.1 404" in done.stderr
 
 
+NO_PROBLEMS = {"lost": 0, "duplicated": 0, "out_of_order": 0}
+
+
+@pytest.mark.parametrize(
+    ("size", "prefetch", "count"),
+    [(1 << 10, 1000, 2000), (1 << 16, 100, 200), (1 << 20, 10, 20), (1 << 24, 2, 3)],
+)
+def test_message_sizes_verify_and_report_megabytes_per_second(
+    broker: BrokerProcess, size: int, prefetch: int, count: int
+) -> None:
+    result = perf_ok(
+        "throughput", "--verify", "--size", str(size), "--prefetch", str(prefetch), "--count", str(count),
+        "--queue", f"perf-tool-size-{size}", "--uri", broker.url, "--broker-pid", str(broker.pid),
+    )  # fmt: skip
+    assert_all_moved_once_in_order(result, count)
+    assert result["consume_mb_per_s"] == pytest.approx(result["consume_rate"] * size / 1e6)
+    assert result["publish_mb_per_s"] == pytest.approx(result["publish_rate"] * size / 1e6)
+
+
+def test_fanout_gives_every_queue_every_message_in_order(broker: BrokerProcess) -> None:
+    result = perf_ok(
+        "fanout", "--queues", "20", "--count", "500", "--verify", "--prefetch", "100",
+        "--queue", "perf-tool-fanout", "--uri", broker.url, "--broker-pid", str(broker.pid),
+    )  # fmt: skip
+    assert (result["queues"], result["bindings"], result["consumer_connections"]) == (20, 20, 20)
+    assert (result["published"], result["consumed"]) == (500, 500 * 20)
+    assert result["verify"] == NO_PROBLEMS
+
+
+def test_topic_wildcards_route_each_message_to_one_queue(broker: BrokerProcess) -> None:
+    result = perf_ok(
+        "topic", "--queues", "4", "--bindings", "400", "--count", "2000", "--verify", "--autoack",
+        "--queue", "perf-tool-topic", "--uri", broker.url, "--broker-pid", str(broker.pid),
+    )  # fmt: skip
+    assert (result["queues"], result["bindings"]) == (4, 400)
+    assert_all_moved_once_in_order(result, 2000)
+
+
+def test_many_queues_spread_over_fewer_connections(broker: BrokerProcess) -> None:
+    result = perf_ok(
+        "many-queues", "--queues", "300", "--connections", "7", "--count", "1500", "--verify",
+        "--queue", "perf-tool-many-queues", "--uri", broker.url, "--broker-pid", str(broker.pid),
+    )  # fmt: skip
+    assert (result["queues"], result["consumer_connections"]) == (300, 7)
+    assert_all_moved_once_in_order(result, 1500)
+
+
+def test_many_connections_publish_at_their_rate(broker: BrokerProcess) -> None:
+    arguments = ["many-connections", "--connections", "60", "--rate-per-connection", "40", "--processes", "2",
+                 "--queue", "perf-tool-clients", "--uri", broker.url, "--broker-pid", str(broker.pid)]  # fmt: skip
+    verified = perf_ok(*arguments, "--count", "20", "--verify")
+    assert verified["consumer_connections"] == 60
+    assert_all_moved_once_in_order(verified, 60 * 20)
+    timed = perf_ok(*arguments, "--duration", "1.5")
+    # 60 connections at 40 msg/s for 1.5 s, in rounds of 50 ms.
+    assert 60 * 40 * 1.2 <= timed["published"] <= 60 * 40 * 1.6
+    assert timed["consumed"] >= 0.95 * timed["published"]  # the consumers stop at the deadline too
+    assert 0 < timed["latency_ms"]["p50"] <= timed["latency_ms"]["p99"]
+
+
+def test_backlog_drains_with_dd_beside_it(broker: BrokerProcess, tmp_path: Path) -> None:
+    result = perf_ok(
+        "backlog", "--backlog-bytes", str(3_000_000), "--size", "65536", "--consumers", "3", "--verify",
+        "--dd-dir", str(tmp_path), "--queue", "perf-tool-backlog", "--uri", broker.url,
+        "--broker-pid", str(broker.pid),
+    )  # fmt: skip
+    assert result["preloaded"] == result["consumed"] == 46  # ceil(3,000,000 / 65,536)
+    assert result["backlog_bytes"] == 46 * 65536
+    assert result["verify"] == NO_PROBLEMS
+    assert result["consume_mb_per_s"] > 0
+    assert result["dd"]["write_mb_per_s"] > 0
+    assert result["dd"]["command"].startswith("dd if=/dev/zero")
+    assert list(tmp_path.iterdir()) == []  # dd's file is gone
+
+
+def test_many_connection_scenarios_need_plain_tcp() -> None:
+    done = perf("fanout", "--tls")
+    assert done.returncode == 2
+    assert "fanout runs over plain TCP only" in done.stderr
+
+
 def test_every_scenario_has_a_help_text() -> None:
-    for scenario in ("throughput", "publish-only", "consume-only", "latency", "connections", "queue-churn"):
+    scenarios = ("throughput", "publish-only", "consume-only", "latency", "connections", "queue-churn",
+                 "fanout", "topic", "many-queues", "many-connections", "backlog", "disk")  # fmt: skip
+    for scenario in scenarios:
         result = subprocess.run(
             [sys.executable, "-m", "lavin.bench.perf", scenario, "--help"], capture_output=True, text=True, timeout=30
         )
