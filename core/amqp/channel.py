@@ -388,6 +388,10 @@ class Channel:
             if self._arm_timeout:
                 self._watch_unacked(tag, consumer.queue)
         connection = self.connection
+        if len(message.body) > connection.frame_max - codec.FRAME_OVERHEAD:
+            parts = codec.deliver_parts(self.id, consumer.tag_bytes, tag, redelivered, message, connection.frame_max)
+            connection.send_parts(parts)
+            return
         connection.send(
             codec.deliver_frames(
                 self.id,

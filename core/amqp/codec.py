@@ -11,6 +11,7 @@ import struct
 from typing import Final
 
 from lavin.api.field_table import decode_table
+from lavin.api.message import Message
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.base import Frame as PamqpMethod
@@ -91,6 +92,15 @@ def shortstr(value: str) -> bytes:
     return encoded
 
 
+def frame_end(buffer: bytearray) -> int:
+    """Where the frame at the start of `buffer` ends (its size from the header, plus the
+    header and end octet); 0 while the header is incomplete."""
+    if len(buffer) < 7:
+        return 0
+    size: int = FRAME_HEAD.unpack_from(buffer, 0)[2]
+    return 8 + size
+
+
 def content_frames(channel: int, properties: bytes, body: bytes, frame_max: int) -> bytes:
     """Content header plus body frames split at frame_max."""
     head = HEADER_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties), BASIC_CLASS, 0, len(body))
@@ -101,11 +111,42 @@ def content_frames(channel: int, properties: bytes, body: bytes, frame_max: int)
             return b"".join((head, properties, FRAME_END))
         return b"".join((head, properties, FRAME_END, FRAME_HEAD.pack(FRAME_BODY, channel, size), body, FRAME_END))
     parts: list[bytes | memoryview] = [head, properties, FRAME_END]
+    add_body_frames(parts, channel, body, chunk)
+    return b"".join(parts)
+
+
+def add_body_frames(parts: list[bytes | memoryview], channel: int, body: bytes, chunk: int) -> None:
+    """The body's frames, `chunk` bytes of body each, as slices of it: nothing copied."""
     view = memoryview(body)
-    for start in range(0, size, chunk):
+    for start in range(0, len(body), chunk):
         piece = view[start : start + chunk]
         parts += (FRAME_HEAD.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END)
-    return b"".join(parts)
+
+
+def deliver_parts(
+    channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool, message: Message, frame_max: int
+) -> list[bytes | memoryview]:
+    """basic.deliver of a body that takes several frames, as pieces for one gathered write
+    (the body is sliced, not copied); deliver_frames for the others."""
+    exchange_bytes = shortstr(message.exchange)
+    routing_key_bytes = shortstr(message.routing_key)
+    properties = message.properties
+    body = message.body
+    method_size = 13 + len(consumer_tag) + len(exchange_bytes) + len(routing_key_bytes)
+    parts: list[bytes | memoryview] = [
+        FRAME_HEAD.pack(FRAME_METHOD, channel, method_size),
+        BASIC_DELIVER_ID,
+        consumer_tag,
+        DELIVER_TAIL.pack(delivery_tag, redelivered),
+        exchange_bytes,
+        routing_key_bytes,
+        FRAME_END,
+        HEADER_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties), BASIC_CLASS, 0, len(body)),
+        properties,
+        FRAME_END,
+    ]
+    add_body_frames(parts, channel, body, frame_max - FRAME_OVERHEAD)
+    return parts
 
 
 def deliver_frames(
@@ -119,7 +160,8 @@ def deliver_frames(
     body: bytes,
     frame_max: int,
 ) -> bytes:
-    """basic.deliver plus its content, as one bytes; consumer_tag is the encoded shortstr."""
+    """basic.deliver plus its content, as one bytes; consumer_tag is the encoded shortstr.
+    A body of several frames: deliver_parts, which does not copy it."""
     exchange_bytes = shortstr(exchange)
     routing_key_bytes = shortstr(routing_key)
     size = len(body)

@@ -88,6 +88,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.state = AWAIT_HEADER
         self.buffer = bytearray()
+        self._frame_end = 0  # where the first frame in `buffer` ends, once its header is in
         self.channels: dict[int, Channel] = {}
         self.frame_max = broker.config.frame_max
         self.channel_max = broker.config.channel_max
@@ -101,7 +102,8 @@ class Connection(asyncio.Protocol):
         self.client_properties: dict[str, Any] = {}
         self.writable = True
         self.paused_by = 0  # PAUSED_FOR_* bits
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
+        self._gather = False  # _out holds a large delivery's pieces: written without a join
         self._flush_scheduled = False
         self._received_since_tick = False
         self._sent_since_tick = False
@@ -177,8 +179,11 @@ class Connection(asyncio.Protocol):
             return
         if buffer:  # the tail of a frame from the last read
             buffer += data
+            if len(buffer) < self._frame_end:  # a large frame still coming: not parsed again
+                return
             data = bytes(buffer)
             buffer.clear()
+            self._frame_end = 0
         if self.state == AWAIT_HEADER:
             if len(data) < 8:
                 buffer += data
@@ -190,6 +195,7 @@ class Connection(asyncio.Protocol):
             consumed = self._parse_frames(data)
             if consumed < len(data):
                 buffer += memoryview(data)[consumed:]
+                self._frame_end = codec.frame_end(buffer)
             self._after_batch()
         except errors.AMQPError as exc:
             self.close_with_error(exc)
@@ -652,16 +658,34 @@ class Connection(asyncio.Protocol):
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
+    def send_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Queue a large delivery's pieces: they go out in one gathered write, not joined."""
+        self._out += parts
+        self._gather = True
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if not self._out:
+        out = self._out
+        if not out:
             return
-        data = b"".join(self._out)
-        self._out.clear()
-        if self.transport is not None and not self.transport.is_closing():
-            self.send_oct += len(data)
-            self.transport.write(data)
-            self._sent_since_tick = True
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            out.clear()
+            return
+        self._sent_since_tick = True
+        if self._gather:
+            self._gather = False
+            self.send_oct += sum(len(part) for part in out)
+            transport.writelines(out)
+            self._out = []
+            return
+        data = b"".join(out)
+        out.clear()
+        self.send_oct += len(data)
+        transport.write(data)
 
     def _after_batch(self) -> None:
         """End of one read: let channels emit what they batch (confirms), and stop reading
