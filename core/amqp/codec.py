@@ -177,18 +177,8 @@ def deliver_frames(
             FRAME_BODY, channel, size,
         )  # fmt: skip
         return b"".join((head, body, FRAME_END))
-    return b"".join(
-        (
-            FRAME_HEAD.pack(FRAME_METHOD, channel, method_size),
-            BASIC_DELIVER_ID,
-            consumer_tag,
-            DELIVER_TAIL.pack(delivery_tag, redelivered),
-            exchange_bytes,
-            routing_key_bytes,
-            FRAME_END,
-            content_frames(channel, properties, body, frame_max),
-        )
-    )
+    message = Message(exchange, routing_key, properties, body, 0)
+    return b"".join(deliver_parts(channel, consumer_tag, delivery_tag, redelivered, message, frame_max))
 
 
 # Delivery heads by (consumer tag, exchange, routing key, properties) sizes: consumers reuse a
