@@ -48,6 +48,8 @@ _USER_ID: Final = 0x10  # flag 0x0010: the low byte of the flag word
 _IMMEDIATE: Final = 0x02  # the second bit of basic.publish's flags
 # The consumer timeout check runs every eighth of the timeout, at most this many seconds apart.
 _TIMEOUT_CHECK_MAX: Final = 5.0
+# Bodies of several frames allocated whole before their frames are in, across connections.
+PREALLOCATED_BODIES_MAX: Final = 256 * 1024 * 1024
 
 # An unacked delivery: where it settles, the store's message id, and the consumer (None
 # for basic.get).
@@ -281,14 +283,31 @@ class Channel:
             if received == self._body_size:
                 self._complete_publish(payload)
                 return
-            self._body = body = bytearray(payload)
+            self._body = body = self._new_body(payload)
+        elif len(body) == self._body_size:  # allocated whole: filled in place
+            body[self._body_received : received] = payload
         else:
             body += payload
+            self.connection.alarms.body_grew(len(payload))
         self._body_received = received
-        self.connection.alarms.body_grew(len(payload))
         if received == self._body_size:
             self._drop_body()
             self._complete_publish(bytes(body))
+
+    def _new_body(self, first: bytes) -> bytearray:
+        """The buffer a body of several frames is gathered in: allocated whole while that
+        stays within a budget and under the memory watermark (growing one frame at a time, a
+        buffer is moved and copied over and over), else grown as frames come. Counted by the
+        alarms as held from now on."""
+        alarms = self.connection.alarms
+        size = self._body_size
+        if alarms.partial_bodies + size > PREALLOCATED_BODIES_MAX or not alarms.has_room_for(size):
+            alarms.body_grew(len(first))
+            return bytearray(first)
+        alarms.body_grew(size)
+        body = bytearray(size)
+        body[: len(first)] = first
+        return body
 
     def _drop_body(self) -> None:
         """Let go of the body being gathered (complete, or never to be)."""

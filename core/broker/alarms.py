@@ -109,9 +109,17 @@ class ResourceAlarms:
         self.partial_bodies += size
         if MEMORY in self.active:
             return
-        estimate = self._sampled_memory + self.partial_bodies - self._sampled_partial
+        estimate = self._estimate()
         if estimate > self.memory_limit:
             self._set(MEMORY, f"memory used about {estimate}, allowed {self.memory_limit}")
+
+    def has_room_for(self, size: int) -> bool:
+        """Whether `size` more bytes of bodies stay under the memory watermark."""
+        return self._estimate() + size <= self.memory_limit
+
+    def _estimate(self) -> int:
+        """Memory used now: the last sample, plus what partial bodies added since."""
+        return self._sampled_memory + self.partial_bodies - self._sampled_partial
 
     def body_released(self, size: int) -> None:
         """A body of `size` bytes was completed or dropped."""
