@@ -333,7 +333,9 @@ def test_a_message_over_twice_max_message_size_closes_the_websocket(
     broker = broker_factory(["--config", str(ini)])
     too_big = b"\x03\x00\x01" + b"x" * (2 * MiB)
     _, code, _ = websocket_session(websocket_url(broker), wire_client.PROTOCOL_HEADER, too_big)
-    assert code == 1009  # message too big
+    # 1009, message too big; or 1006 when the socket's reset (the broker closes it with the
+    # rest of the message unread) reaches the client before the close frame does.
+    assert code in (1009, 1006)
     # Logged as the broker closes it: the line may come a moment after the close.
     eventually(lambda: "WebSocket from 127.0.0.1:" in broker.output and "exceeds limit" in broker.output)
 
