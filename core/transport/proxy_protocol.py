@@ -15,7 +15,7 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
-from lavin.transport.unix import UNIX_CLIENT
+from lavin.transport.unix import client_address, describe, local_address
 
 log = logging.getLogger(__name__)
 
@@ -165,10 +165,8 @@ class ProxyHeaderReader(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.peername = transport.get_extra_info("peername")
-        if not isinstance(self.peername, tuple):  # a unix socket: no address
-            self.peername = UNIX_CLIENT
-        self.peer = f"{self.peername[0]}:{self.peername[1]}"
+        self.peername = client_address(transport)
+        self.peer = describe(self.peername)
         self._timer = asyncio.get_running_loop().call_later(HEADER_TIMEOUT, self._timed_out)
 
     def data_received(self, data: bytes) -> None:
@@ -199,10 +197,7 @@ class ProxyHeaderReader(asyncio.Protocol):
         assert transport is not None
         protocol = self.make()
         transport.set_protocol(protocol)
-        sockname = transport.get_extra_info("sockname")
-        if isinstance(sockname, str):  # a unix socket's path
-            sockname = (sockname, 0)
-        view = TransportView(transport, peername, sockname)
+        view = TransportView(transport, peername, local_address(transport))
         protocol.connection_made(cast(asyncio.Transport, view))
         if rest:
             protocol.data_received(rest)

@@ -16,6 +16,7 @@ import ssl
 from typing import Any, cast
 
 from lavin.transport.tls import TlsCertificates
+from lavin.transport.unix import client_address, describe
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,7 @@ class TlsServerProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         raw = cast(asyncio.Transport, transport)
         self.raw = raw
-        peername = raw.get_extra_info("peername")
-        self.peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else "a unix socket client"
+        self.peer = describe(client_address(raw))
         self.ssl = self.certificates.context.wrap_bio(self.incoming, self.outgoing, server_side=True)
         self._timer = asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT, self._handshake_timed_out)
 

@@ -3,17 +3,35 @@ anything else) and removing it again."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
 import stat
 from pathlib import Path
+from typing import Any
 
 from lavin.config import StartupError
 
 # How a unix socket's client is named, having no address: a local one, so that the
 # loopback-only rule lets it in (LavinMQ does the same).
 UNIX_CLIENT: tuple[str, int] = ("127.0.0.1", 0)
+
+
+def client_address(transport: asyncio.BaseTransport) -> tuple[Any, ...]:
+    """The client's (host, port), UNIX_CLIENT for a unix socket's."""
+    peername = transport.get_extra_info("peername")
+    return peername if isinstance(peername, tuple) else UNIX_CLIENT
+
+
+def local_address(transport: asyncio.BaseTransport) -> tuple[Any, ...]:
+    """The listener's (host, port); (path, 0) for a unix socket."""
+    sockname = transport.get_extra_info("sockname")
+    return sockname if isinstance(sockname, tuple) else (sockname, 0)
+
+
+def describe(address: tuple[Any, ...]) -> str:
+    return f"{address[0]}:{address[1]}"
 
 
 def bind_unix_socket(path: Path, what: str, mode: int | None = None) -> socket.socket:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from aiohttp import WSCloseCode, WSMsgType, hdrs, web
-from lavin.transport.unix import UNIX_CLIENT
+from lavin.transport.unix import client_address, describe, local_address
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ async def serve_amqp_websocket(
     ]
     if offered and SUBPROTOCOL not in offered:
         reason = f"the WebSocket subprotocol must be '{SUBPROTOCOL}', the client offered {', '.join(offered)!r}"
-        log.warning("WebSocket upgrade from %s refused: %s", describe(peer_address(http)), reason)
+        log.warning("WebSocket upgrade from %s refused: %s", describe(client_address(http)), reason)
         return web.Response(status=400, text=reason)
     websocket = web.WebSocketResponse(protocols=(SUBPROTOCOL,), compress=False, max_msg_size=max_message_size)
     await websocket.prepare(request)
@@ -73,21 +73,6 @@ async def serve_amqp_websocket(
     return websocket
 
 
-def peer_address(http: asyncio.BaseTransport) -> tuple[Any, ...]:
-    """The client's (host, port); a unix socket's client is a local one, as over AMQP."""
-    peername = http.get_extra_info("peername")
-    return peername if isinstance(peername, tuple) else UNIX_CLIENT
-
-
-def local_address(http: asyncio.BaseTransport) -> tuple[Any, ...]:
-    sockname = http.get_extra_info("sockname")
-    return sockname if isinstance(sockname, tuple) else (sockname, 0)  # a unix socket's path
-
-
-def describe(address: tuple[Any, ...]) -> str:
-    return f"{address[0]}:{address[1]}"
-
-
 class WebSocketTransport(asyncio.Transport):
     """What the AMQP connection writes to and pauses: binary messages on one WebSocket.
     The bytes not yet handed to the socket count against the write buffer limits."""
@@ -96,7 +81,7 @@ class WebSocketTransport(asyncio.Transport):
         super().__init__()
         self._websocket = websocket
         self._http = http  # the HTTP connection the WebSocket runs on
-        self._peername = peer_address(http)
+        self._peername = client_address(http)
         self._sockname = local_address(http)
         self._protocol = protocol
         self._loop = asyncio.get_running_loop()
