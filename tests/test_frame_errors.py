@@ -18,7 +18,9 @@ Sources for the expected replies (rabbitmq-server):
 
 from __future__ import annotations
 
+import itertools
 import struct
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -28,8 +30,10 @@ from broker_process import BrokerProcess
 from lavin.wire_client import (
     FRAME_BODY,
     FRAME_METHOD,
+    Connection,
     connect,
     content_body_frame,
+    content_frames,
     content_header_frame,
     heartbeat_frame,
     method_frame,
@@ -181,4 +185,60 @@ def test_unknown_method_ends_the_connection(
 
     codes = [f.frame.reply_code for f in frames if isinstance(f.frame, commands.Connection.Close)]
     assert set(codes) <= {503, 540}, codes
+    assert_still_serves(bystander)
+
+
+# A body frame that a read ends in the middle of is received straight into the message's
+# body (Connection._fill_sink): pieces sent apart, so that the broker reads them apart.
+LARGE_FRAME_MAX = 131072
+
+
+def publish_in_pieces(conn: Connection, body: bytes, pieces: list[bytes]) -> None:
+    conn.send_raw(PUBLISH + content_header_frame(CHANNEL, len(body)))
+    for piece in pieces:
+        conn.send_raw(piece)
+        time.sleep(0.02)
+
+
+def cut(data: bytes, *positions: int) -> list[bytes]:
+    bounds = [0, *positions, len(data)]
+    return [data[start:end] for start, end in itertools.pairwise(bounds)]
+
+
+def test_large_body_frames_read_in_pieces_arrive_whole(broker: BrokerProcess, bystander: BlockingChannel) -> None:
+    bystander.queue_declare(QUEUE)
+    bystander.queue_purge(QUEUE)
+    body = bytes(range(256)) * 1000  # two frames: 131064 and 124936 bytes
+    frames = b"".join(content_frames(CHANNEL, body, None, LARGE_FRAME_MAX)[1:])  # the body frames
+    first_end = 7 + LARGE_FRAME_MAX - 8  # the end octet of the first body frame
+    # Cut inside the first payload, just before and just after its end octet, inside the
+    # second frame's header, and one octet at a time around the second frame's end.
+    second_end = first_end + 1 + 7 + (len(body) - (LARGE_FRAME_MAX - 8))
+    pieces = cut(frames, 5000, first_end, first_end + 1, first_end + 4, second_end - 1, second_end)
+    with connect(broker.url, frame_max=LARGE_FRAME_MAX, channels=(CHANNEL,)) as conn:
+        publish_in_pieces(conn, body, pieces)
+        conn.send_raw(PUBLISH + content_header_frame(CHANNEL, 5) + content_body_frame(CHANNEL, b"after"))
+        for _ in range(50):
+            if bystander.queue_declare(QUEUE, passive=True).method.message_count == 2:
+                break
+            time.sleep(0.1)
+    received = [bystander.basic_get(QUEUE, auto_ack=True)[2] for _ in range(2)]
+    assert received[0] == body, "the body arrived changed"
+    assert received[1] == b"after"
+
+
+def test_a_bad_end_octet_after_a_body_frame_received_in_place(
+    broker: BrokerProcess, bystander: BlockingChannel
+) -> None:
+    bystander.queue_declare(QUEUE)
+    bystander.queue_purge(QUEUE)
+    body = b"b" * 20000
+    frame = raw_frame(FRAME_BODY, CHANNEL, body, frame_end=0x07)
+    with connect(broker.url, frame_max=LARGE_FRAME_MAX, channels=(CHANNEL,)) as conn:
+        publish_in_pieces(conn, body, cut(frame, 8000))
+        close = conn.expect_connection_close()
+    assert close.reply_code == 501, close.reply_text
+    assert close.reply_text.startswith("FRAME_ERROR - type 3, "), close.reply_text
+    assert "{invalid_frame_end_marker,7}" in close.reply_text
+    assert bystander.queue_declare(QUEUE, passive=True).method.message_count == 0, "a bad frame was published"
     assert_still_serves(bystander)

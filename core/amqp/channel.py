@@ -24,7 +24,7 @@ from lavin.amqp.handlers import HANDLERS
 from lavin.amqp.reply_consumer import ReplyConsumer
 from lavin.amqp.transaction import Transaction
 from lavin.api import errors
-from lavin.api.message import Message, check_properties
+from lavin.api.message import Body, Message, check_properties
 from lavin.api.printable import printable
 from lavin.broker.consumer import Settles
 from lavin.broker.direct_reply import rewrite_reply_to
@@ -292,22 +292,56 @@ class Channel:
         self._body_received = received
         if received == self._body_size:
             self._drop_body()
-            self._complete_publish(bytes(body))
+            self._complete_publish(body)
+
+    def body_sink(self, size: int) -> memoryview | None:
+        """Where the payload of the body frame arriving now, `size` bytes, can be received
+        in place: its slice of the body's buffer. None leaves the frame to `on_body`: any
+        error, and a body that grows frame by frame."""
+        if self.closing or self._expect_header or self._publish is None:
+            return None
+        start = self._body_received
+        if start + size > self._body_size:
+            return None
+        body = self._body
+        if body is None:
+            body = self._body = self._whole_body()
+            if body is None:
+                return None
+        elif len(body) != self._body_size:
+            return None
+        return memoryview(body)[start : start + size]
+
+    def body_sink_filled(self, size: int) -> None:
+        """The frame that `body_sink` gave a place to is in, end octet and all."""
+        body = self._body
+        if body is None:  # let go meanwhile: the channel closed
+            return
+        self._body_received += size
+        if self._body_received == self._body_size:
+            self._drop_body()
+            self._complete_publish(body)
 
     def _new_body(self, first: bytes) -> bytearray:
-        """The buffer a body of several frames is gathered in: allocated whole while that
-        stays within a budget and under the memory watermark (growing one frame at a time, a
-        buffer is moved and copied over and over), else grown as frames come. Counted by the
-        alarms as held from now on."""
+        """The buffer a body of several frames is gathered in: allocated whole where
+        `_whole_body` can, else grown as frames come."""
+        body = self._whole_body()
+        if body is None:
+            self.connection.alarms.body_grew(len(first))
+            return bytearray(first)
+        body[: len(first)] = first
+        return body
+
+    def _whole_body(self) -> bytearray | None:
+        """A buffer of the whole body size, while that stays within a budget and under the
+        memory watermark (growing one frame at a time, a buffer is moved and copied over
+        and over); counted by the alarms as held from now on."""
         alarms = self.connection.alarms
         size = self._body_size
         if alarms.partial_bodies + size > PREALLOCATED_BODIES_MAX or not alarms.has_room_for(size):
-            alarms.body_grew(len(first))
-            return bytearray(first)
+            return None
         alarms.body_grew(size)
-        body = bytearray(size)
-        body[: len(first)] = first
-        return body
+        return bytearray(size)
 
     def _drop_body(self) -> None:
         """Let go of the body being gathered (complete, or never to be)."""
@@ -315,7 +349,7 @@ class Channel:
             self.connection.alarms.body_released(len(self._body))
             self._body = None
 
-    def _complete_publish(self, body: bytes) -> None:
+    def _complete_publish(self, body: Body) -> None:
         publish = self._publish
         assert publish is not None
         self._publish = None

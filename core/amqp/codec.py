@@ -11,7 +11,7 @@ import struct
 from typing import Final
 
 from lavin.api.field_table import decode_table
-from lavin.api.message import Message
+from lavin.api.message import Body, Message
 from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp.base import Frame as PamqpMethod
@@ -101,7 +101,7 @@ def frame_end(buffer: bytearray) -> int:
     return 8 + size
 
 
-def content_frames(channel: int, properties: bytes, body: bytes, frame_max: int) -> bytes:
+def content_frames(channel: int, properties: bytes, body: Body, frame_max: int) -> bytes:
     """Content header plus body frames split at frame_max."""
     head = HEADER_HEAD.pack(FRAME_HEADER, channel, 12 + len(properties), BASIC_CLASS, 0, len(body))
     size = len(body)
@@ -115,7 +115,7 @@ def content_frames(channel: int, properties: bytes, body: bytes, frame_max: int)
     return b"".join(parts)
 
 
-def add_body_frames(parts: list[bytes | memoryview], channel: int, body: bytes, chunk: int) -> None:
+def add_body_frames(parts: list[bytes | memoryview], channel: int, body: Body, chunk: int) -> None:
     """The body's frames, `chunk` bytes of body each, as slices of it: nothing copied."""
     view = memoryview(body)
     for start in range(0, len(body), chunk):
@@ -157,7 +157,7 @@ def deliver_frames(
     exchange: str,
     routing_key: str,
     properties: bytes,
-    body: bytes,
+    body: Body,
     frame_max: int,
 ) -> bytes:
     """basic.deliver plus its content, as one bytes; consumer_tag is the encoded shortstr.

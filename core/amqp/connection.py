@@ -45,6 +45,9 @@ CLOSE_TIMEOUT: Final = 3.0
 LOGIN_REFUSAL_DELAY: Final = 1.0
 # Output beyond this many bytes waiting for the socket pauses the connection: deliveries
 # stop and its own input is not read, so nothing it asks for can pile up in memory.
+# A body frame at least this large that a read ends in is received in place (`_fill_sink`).
+SINK_MIN: Final = 4096
+_NO_SINK: Final = memoryview(b"")
 WRITE_BUFFER_HIGH: Final = 4 * 1024 * 1024
 WRITE_BUFFER_LOW: Final = 1024 * 1024
 
@@ -89,6 +92,13 @@ class Connection(asyncio.Protocol):
         self.state = AWAIT_HEADER
         self.buffer = bytearray()
         self._frame_end = 0  # where the first frame in `buffer` ends, once its header is in
+        # A large body frame that a read ended in the middle of: the rest of its payload is
+        # copied from each read straight into the message's body (`_sink`, what is left of
+        # the frame's place there), not gathered in `buffer` and copied again.
+        self._sink_channel: Channel | None = None
+        self._sink = _NO_SINK
+        self._sink_size = 0  # the frame's payload size
+        self._sink_head = b""  # its first octets, for an error that names it
         self.channels: dict[int, Channel] = {}
         self.frame_max = broker.config.frame_max
         self.channel_max = broker.config.channel_max
@@ -177,22 +187,28 @@ class Connection(asyncio.Protocol):
         if self.paused_by & PAUSED_FOR_AUTHORIZATION:  # what was read already waits behind that frame
             buffer += data
             return
-        if buffer:  # the tail of a frame from the last read
-            buffer += data
-            if len(buffer) < self._frame_end:  # a large frame still coming: not parsed again
-                return
-            data = bytes(buffer)
-            buffer.clear()
-            self._frame_end = 0
-        if self.state == AWAIT_HEADER:
-            if len(data) < 8:
-                buffer += data
-                return
-            if not self._check_protocol_header(data[:8]):
-                return
-            data = data[8:]
         try:
-            consumed = self._parse_frames(data)
+            start = 0
+            if self._sink_channel is not None:
+                start = self._fill_sink(data)
+                if start == len(data):
+                    self._after_batch()
+                    return
+            elif buffer:  # the tail of a frame from the last read
+                buffer += data
+                if len(buffer) < self._frame_end:  # a large frame still coming: not parsed again
+                    return
+                data = bytes(buffer)
+                buffer.clear()
+                self._frame_end = 0
+            if self.state == AWAIT_HEADER:
+                if len(data) < 8:
+                    buffer += data
+                    return
+                if not self._check_protocol_header(data[:8]):
+                    return
+                data = data[8:]
+            consumed = self._parse_frames(data, start)
             if consumed < len(data):
                 buffer += memoryview(data)[consumed:]
                 self._frame_end = codec.frame_end(buffer)
@@ -228,9 +244,42 @@ class Connection(asyncio.Protocol):
         elif header.startswith(b"PROXY ") or header == PROXY_V2_SIGNATURE_START:
             log.warning("PROXY protocol header from %s, where tcp_proxy_protocol is off: closed", self.peer)
 
-    def _parse_frames(self, data: bytes) -> int:
-        """Dispatch every complete frame in `data`; return how many bytes they took."""
-        offset = 0
+    def _fill_sink(self, data: bytes) -> int:
+        """Put the start of `data` into the body frame being received in place; once its end
+        octet is in too, the channel takes the payload. Returns where the next frame starts."""
+        sink = self._sink
+        taken = min(len(sink), len(data))
+        if taken:
+            sink[:taken] = memoryview(data)[:taken]
+            self._sink = sink[taken:]
+        if taken == len(data):
+            return taken
+        if data[taken] != 0xCE:
+            raise _frame_error(codec.FRAME_BODY, self._sink_head, 0, f"{{invalid_frame_end_marker,{data[taken]}}}")
+        channel = self._sink_channel
+        assert channel is not None
+        self._sink_channel = None
+        self._sink = _NO_SINK
+        channel.body_sink_filled(self._sink_size)
+        return taken + 1
+
+    def _start_sink(self, channel: Channel, data: bytes, offset: int, size: int) -> bool:
+        """Receive the body frame at `offset`, of which `data` holds only the start, in
+        place, when the channel has a place for it; whether it does."""
+        sink = channel.body_sink(size)
+        if sink is None:
+            return False
+        arrived = len(data) - offset - 7
+        sink[:arrived] = memoryview(data)[offset + 7 :]
+        self._sink = sink[arrived:]
+        self._sink_channel = channel
+        self._sink_size = size
+        self._sink_head = data[offset : offset + 16]
+        return True
+
+    def _parse_frames(self, data: bytes, offset: int) -> int:
+        """Dispatch every complete frame in `data` from `offset` on; return where the
+        frames it could not complete begin."""
         end = len(data)
         frame_max = self.frame_max
         unpack_head = codec.FRAME_HEAD.unpack_from
@@ -251,6 +300,15 @@ class Connection(asyncio.Protocol):
                     raise _frame_error(frame_type, data, offset, f"{{frame_too_large,{size},{frame_max - 8}}}")
                 frame_end = offset + 7 + size
                 if frame_end >= end:
+                    if (
+                        frame_type == 3
+                        and size >= SINK_MIN
+                        and self.state == OPEN
+                        and (channel := channels.get(channel_id)) is not None
+                        and self._start_sink(channel, data, offset, size)
+                    ):
+                        offset = end
+                        content = True
                     break
                 if data[frame_end] != 0xCE:
                     raise _frame_error(frame_type, data, offset, f"{{invalid_frame_end_marker,{data[frame_end]}}}")

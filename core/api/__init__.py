@@ -45,7 +45,7 @@ from lavin.api.exchange import (
     frozen,
 )
 from lavin.api.hooks import BrokerInfo, ConnectionInfo, VHostInfo
-from lavin.api.message import Message, encode_properties, message_priority
+from lavin.api.message import Body, Message, encode_properties, message_priority
 from lavin.api.printable import printable
 from lavin.api.queue import (
     MessageStore,
@@ -70,6 +70,7 @@ __all__ = [
     "Binding",
     "BindingId",
     "BindingTable",
+    "Body",
     "BrokerInfo",
     "ConnectionInfo",
     "Destination",

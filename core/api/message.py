@@ -7,7 +7,7 @@ until something needs a field; `PropertyView` decodes them once, on demand.
 from __future__ import annotations
 
 import struct
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from lavin.api.field_table import decode_table, encode_table
 
@@ -191,12 +191,19 @@ def encode_properties(props: dict[str, Any]) -> bytes:
     return _U16.pack(flags) + b"".join(parts)
 
 
+# A body as the broker holds it: bytes, or the bytearray a body of several frames was
+# received into (copying it into bytes would cost as much as receiving it). Read-only
+# either way: nothing may change a body once it is published.
+Body: TypeAlias = bytes | bytearray
+
+
 class Message:
-    """One published message. `properties` is the raw flag word + fields."""
+    """One published message. `properties` is the raw flag word + fields; `body` is a
+    read-only `Body`."""
 
     __slots__ = ("_decoded", "body", "exchange", "properties", "routing_key", "timestamp")
 
-    def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes, timestamp: int = 0) -> None:
+    def __init__(self, exchange: str, routing_key: str, properties: bytes, body: Body, timestamp: int = 0) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
         self.properties = properties

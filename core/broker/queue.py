@@ -36,12 +36,16 @@ NEEDS_SYNC: Final = 1  # the publisher's confirm waits for the fsync
 REJECTED: Final = 2  # overflow refused it: the publisher gets a nack
 BEHIND: Final = 4  # consumers are waiting but the backlog grows: the publisher should pause
 
-# Publisher flow control: while a queue with consumers has a backlog above FLOW_HIGH, its
-# publishers stop reading until deliveries empty it. A single event loop would otherwise
-# spend nearly every tick reading publishes while consumers get a trickle. Consumers that
-# take nothing for FLOW_STALL seconds (full prefetch, no acks) are the client's business:
-# then the publishers go on, as they would with no consumers at all.
+# Publisher flow control: while a queue with consumers has a backlog above FLOW_HIGH
+# messages or FLOW_HIGH_BYTES of bodies, its publishers stop reading until deliveries empty
+# it. A single event loop would otherwise spend nearly every tick reading publishes while
+# consumers get a trickle. The byte bound keeps a backlog of large messages within the
+# store's decoded window (lavin.storage.decoded_window), so that they are delivered without
+# being read back. Consumers that take nothing for FLOW_STALL seconds (full prefetch, no
+# acks) are the client's business: then the publishers go on, as they would with no
+# consumers at all.
 FLOW_HIGH: Final = 8192
+FLOW_HIGH_BYTES: Final = 4 << 20
 FLOW_STALL: Final = 0.05
 
 
@@ -317,7 +321,7 @@ class MessageQueue(Queue):
             return status
         if self.consumers:
             self.schedule_drain()
-            if len(store) > FLOW_HIGH:
+            if len(store) > FLOW_HIGH or store.ready_bytes > FLOW_HIGH_BYTES:
                 status |= BEHIND
         if due is not None:
             self._expiry.add(message_id, due, taken=False)

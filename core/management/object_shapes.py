@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from lavin.api.exchange import Binding
 from lavin.api.field_table import encode_table
-from lavin.api.message import PROPERTY_FIELDS, Message, encode_properties
+from lavin.api.message import PROPERTY_FIELDS, Body, Message, encode_properties
 from lavin.broker.arguments import queue_type_name
 from lavin.broker.exchange import Exchange
 from lavin.broker.policies import exchange_policy_fields, policy_fields
@@ -356,7 +356,7 @@ def got_message_json(message: Message, redelivered: bool, message_count: int, di
     }
 
 
-def _payload_text(body: bytes, encoding: str) -> tuple[str, str]:
+def _payload_text(body: Body, encoding: str) -> tuple[str, str]:
     if encoding == "auto":
         try:
             return body.decode("utf-8"), "string"

@@ -20,7 +20,7 @@ import time
 import zlib
 from typing import Final
 
-from lavin.api.message import Message
+from lavin.api.message import Body, Message
 
 FORMAT_VERSION: Final = 1
 FILE_HEADER: Final = struct.Struct("<I")
@@ -82,7 +82,7 @@ def append_record(
     exchange: bytes,
     routing_key: bytes,
     properties: bytes,
-    body: bytes,
+    body: Body,
     flags: int,
     checksum: bool = True,
 ) -> None:
@@ -91,6 +91,30 @@ def append_record(
 
     Raises ValueError, leaving `buffer` as it was, for a name longer than 255 bytes.
     """
+    length_crc, meta = _encode_head(timestamp, exchange, routing_key, properties, body, flags, checksum)
+    buffer += length_crc
+    buffer += meta
+    buffer += body
+
+
+def record_head(
+    timestamp: int,
+    exchange: bytes,
+    routing_key: bytes,
+    properties: bytes,
+    body: Body,
+    flags: int,
+    checksum: bool = True,
+) -> bytes:
+    """What `append_record` writes before the body: for a store that keeps a large body
+    as it is, next to its record's head, instead of copying it into a buffer."""
+    length_crc, meta = _encode_head(timestamp, exchange, routing_key, properties, body, flags, checksum)
+    return length_crc + meta
+
+
+def _encode_head(
+    timestamp: int, exchange: bytes, routing_key: bytes, properties: bytes, body: Body, flags: int, checksum: bool
+) -> tuple[bytes, bytes]:
     key = (len(exchange), len(routing_key), len(properties))
     layout = _layouts.get(key) or _layout(key)
     try:
@@ -98,9 +122,7 @@ def append_record(
     except struct.error:
         raise ValueError("exchange and routing key are limited to 255 bytes") from None
     crc = zlib.crc32(body, zlib.crc32(meta)) if checksum else 0
-    buffer += _LENGTH_CRC.pack(len(meta) - 1 + len(body), crc)
-    buffer += meta
-    buffer += body
+    return _LENGTH_CRC.pack(len(meta) - 1 + len(body), crc), meta
 
 
 def record_size(buffer: bytes | bytearray, offset: int) -> int:

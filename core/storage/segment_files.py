@@ -93,6 +93,9 @@ def rolled_over(write_failing: bool, roll: Callable[[], None]) -> bool:
     return True
 
 
+_IOV_MAX: Final = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+
+
 def write_at(fd: int, data: bytes | bytearray, offset: int) -> None:
     """Write all of `data` at `offset`, where the file's last whole record ends.
 
@@ -107,6 +110,26 @@ def write_at(fd: int, data: bytes | bytearray, offset: int) -> None:
             with memoryview(data) as view:
                 while written < len(data):
                     written += os.pwrite(fd, view[written:], offset + written)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, offset)
+        raise
+
+
+def write_parts_at(fd: int, parts: list[bytes | bytearray], offset: int) -> None:
+    """`write_at` for data held in pieces (records whose large bodies are kept apart): one
+    gathered write per IOV_MAX pieces instead of joining them first."""
+    position = offset
+    try:
+        for start in range(0, len(parts), _IOV_MAX):
+            batch = parts[start : start + _IOV_MAX]
+            expected = sum(len(part) for part in batch)
+            written = os.pwritev(fd, batch, position)
+            if written < expected:  # only on signals or a full disk: the rest one piece at a time
+                with memoryview(b"".join(batch)) as view:
+                    while written < expected:
+                        written += os.pwrite(fd, view[written:], position + written)
+            position += expected
     except OSError:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, offset)

@@ -34,6 +34,7 @@ from lavin.storage.record import (
     decode_record,
     now_ms,
     prepare_record,
+    record_head,
     record_size,
 )
 from lavin.storage.segment_files import (
@@ -49,6 +50,7 @@ from lavin.storage.segment_files import (
     scan_segment,
     segment_path,
     write_at,
+    write_parts_at,
 )
 from mypy_extensions import mypyc_attr
 
@@ -58,18 +60,61 @@ DEFAULT_SEGMENT_SIZE: Final = 8 << 20
 _POSITION_MASK: Final = 0xFFFFFFFF
 _WRITE_BUFFER_LIMIT: Final = 1 << 20  # a burst within one tick goes to the OS before it grows further
 _NO_SKIP: Final = -1
+_BODY_APART: Final = 16 << 10  # bodies of this size and more are not copied into the write buffer
+# Records of non-durable stores stay in memory while they are in flight: a segment whose
+# records are all acked before it has to be written is dropped without ever reaching the
+# page cache (writing into new pages, and deleting them again, was a quarter of the CPU time
+# of 1 MiB messages). A store writes all of its records once every such store of the process
+# together holds RESIDENT_BYTES, or once its own backlog of ready messages grows past what
+# publisher flow control lets through to a queue with consumers (lavin.broker.queue): a
+# backlog is read much later, if at all, and would only pin memory.
+RESIDENT_BYTES: Final = 64 << 20
+RESIDENT_READY_MESSAGES: Final = 8192
+RESIDENT_READY_BYTES: Final = 32 << 20
+
+
+class _Resident:
+    __slots__ = ("used",)
+
+    def __init__(self) -> None:
+        self.used = 0
+
+
+_resident: Final = _Resident()
+
+
+def resident_bytes() -> int:
+    """Bytes of non-durable stores' records held in memory, not written yet."""
+    return _resident.used
 
 
 class _Segment:
     """One segment file and its ack file; an entry of the open-file pool (OPEN_FILES)."""
 
-    __slots__ = ("ack_fd", "ack_size", "base", "fd", "id", "live", "pending_acks", "persistent", "size", "skip")
+    __slots__ = (
+        "ack_fd",
+        "ack_size",
+        "base",
+        "fd",
+        "id",
+        "live",
+        "pending_acks",
+        "persistent",
+        "size",
+        "skip",
+        "unwritten",
+        "unwritten_size",
+    )
 
     def __init__(self, segment_id: int, fd: int, size: int, live: int, skip: array[int]) -> None:
         self.id = segment_id
         self.base = segment_id << 32  # id of the record at position 0
         self.fd = fd  # -1 while closed: not written yet, given back to the pool, or deleted
         self.size = size  # bytes handed to the OS
+        # The bytes after those, not handed to the OS yet, in pieces: runs of small records,
+        # and the head and the body (not copied) of each large one.
+        self.unwritten: list[bytes | bytearray] = []
+        self.unwritten_size = 0
         self.live = live  # records not acked yet: ready or taken
         self.persistent = False  # holds persistent records of a durable store: acks are written
         self.skip = skip  # recovered segments: ascending positions the cursor passes over
@@ -138,7 +183,7 @@ class SegmentStore:
         self.durable = durable
         self.segment_size = segment_size
         self._segments: dict[int, _Segment] = {}  # ascending ids: insertion order
-        self._write_buffer = bytearray()  # bytes of the write segment not handed to the OS
+        self._write_buffer = bytearray()  # the last piece of the write segment's `unwritten`
         self._write_dirty = False  # persistent records in the write segment since the last flush
         self._cursor_reader = ReadWindow()
         self._random_reader = ReadWindow()
@@ -183,17 +228,18 @@ class SegmentStore:
             position = FILE_HEADER_SIZE
         persistent = is_persistent(properties)
         timestamp = message.timestamp
-        append_record(
-            self._write_buffer,
-            timestamp or now_ms(),
-            exchange,
-            routing_key,
-            properties,
-            body,
-            FLAG_PERSISTENT if persistent else 0,
-            self.durable,  # a non-durable store is never recovered: its crcs would go unread
-        )
+        flags = FLAG_PERSISTENT if persistent else 0
+        checksum = self.durable  # a non-durable store is never recovered: its crcs would go unread
         segment = self._write
+        if len(body) < _BODY_APART:
+            append_record(
+                self._write_buffer, timestamp or now_ms(), exchange, routing_key, properties, body, flags, checksum
+            )
+        else:  # kept as it is, between its record's head and a new run for what follows
+            head = record_head(timestamp or now_ms(), exchange, routing_key, properties, body, flags, checksum)
+            self._write_buffer = bytearray()
+            segment.unwritten += (head, body, self._write_buffer)
+        segment.unwritten_size += size
         segment.live += 1
         if persistent and self.durable:
             segment.persistent = True
@@ -207,9 +253,15 @@ class SegmentStore:
         self._last_push_id = message_id
         self._last_push_end = message_id + size
         self._last_push_body_size = len(body)
-        if len(self._write_buffer) > _WRITE_BUFFER_LIMIT and not self._write_failing:
-            with contextlib.suppress(OSError):  # the buffer waits for the flush, which reports it
-                self._write_out()
+        if not self.durable:
+            _resident.used += size
+        if segment.unwritten_size > _WRITE_BUFFER_LIMIT and not self._write_failing:
+            if self.durable:
+                with contextlib.suppress(OSError):  # the buffer waits for the flush, which reports it
+                    self._write_out()
+            elif self._must_write_resident():
+                with contextlib.suppress(OSError):  # what is not written stays, and is tried again
+                    self._write_resident_out()
         return message_id
 
     def take(self) -> tuple[int, Message, bool] | None:
@@ -372,7 +424,10 @@ class SegmentStore:
         """
         if self._idle_after_sync:
             self._release_idle_segments()
-        self._write_out()
+        if self.durable:
+            self._write_out()
+        elif self._must_write_resident():
+            self._write_resident_out()
         if self._write_dirty:
             self._sync_segments.append(self._write)
             self._write_dirty = False
@@ -404,7 +459,6 @@ class SegmentStore:
 
     def delete(self) -> None:
         """Release the files and remove the directory."""
-        self._write_buffer.clear()
         self._close_files()
         shutil.rmtree(self.path, ignore_errors=True)
 
@@ -412,11 +466,8 @@ class SegmentStore:
 
     def _locate(self, segment: _Segment, position: int, reader: ReadWindow) -> tuple[bytes, int, int]:
         """A buffer holding the whole record at `position`, its offset there, its size."""
-        if position >= segment.size:  # in the write buffer, not handed to the OS yet
-            start = position - segment.size
-            buffer = self._write_buffer
-            size = record_size(buffer, start)
-            return bytes(buffer[start : start + size]), 0, size
+        if position >= segment.size:  # not handed to the OS yet
+            return _unwritten_record(segment.unwritten, position - segment.size)
         if segment.fd < 0:  # the pool took it back
             self._segment_fd(segment)
         return reader.locate(segment, position)
@@ -442,7 +493,7 @@ class SegmentStore:
     def _advance(self, size: int) -> None:
         self._cursor_id += size
         cursor = self._cursor
-        if cursor is not self._write and self._cursor_id & _POSITION_MASK >= cursor.size:
+        if cursor is not self._write and self._cursor_id & _POSITION_MASK >= cursor.size + cursor.unwritten_size:
             self._move_cursor(self._segment_after(cursor))
 
     def _move_cursor(self, segment: _Segment) -> None:
@@ -479,23 +530,30 @@ class SegmentStore:
     def _create_write_segment(self, segment_id: int) -> None:
         """A new segment to append to; its file is created by its first write."""
         segment = _Segment(segment_id, -1, 0, 0, array("I"))
+        self._write_buffer = bytearray(FILE_HEADER_BYTES)
+        segment.unwritten.append(self._write_buffer)
+        segment.unwritten_size = FILE_HEADER_SIZE
+        if not self.durable:
+            _resident.used += FILE_HEADER_SIZE
         self._segments[segment_id] = segment
         self._write = segment
-        self._write_buffer += FILE_HEADER_BYTES
         self._write_end = FILE_HEADER_SIZE
 
     def _rolled(self) -> bool:
         return rolled_over(self._write_failing, self._roll)
 
     def _roll(self) -> None:
-        """Start a new write segment once the old one's buffer is written."""
+        """Start a new write segment; a durable store writes the old one's buffer first,
+        a non-durable one keeps it in memory (RESIDENT_BYTES)."""
         old = self._write
-        self._write_out()
+        end = old.size + old.unwritten_size
+        if self.durable:
+            self._write_out()
         if self._write_dirty:
             self._sync_segments.append(old)
             self._write_dirty = False
         self._create_write_segment(old.id + 1)
-        if self._cursor is old and self._cursor_id & _POSITION_MASK == old.size:
+        if self._cursor is old and self._cursor_id & _POSITION_MASK == end:
             self._move_cursor(self._write)
         if not old.live:
             self._delete_segment(old)
@@ -548,19 +606,50 @@ class SegmentStore:
         return fd
 
     def _write_out(self) -> None:
-        """Hand the buffer to the OS at the end of the write segment. When that fails the
-        buffer stays and the file is cut back: the next flush writes it again."""
-        buffer = self._write_buffer
-        if buffer:
-            segment = self._write
-            try:
-                write_at(self._segment_fd(segment), buffer, segment.size)
-            except OSError:
-                self._write_failing = True
-                raise
-            self._write_failing = False
-            segment.size += len(buffer)
-            buffer.clear()
+        """Hand the write segment's buffer to the OS. When that fails the buffer stays and
+        the file is cut back: the next flush writes it again."""
+        try:
+            self._write_segment_out(self._write)
+        except OSError:
+            self._write_failing = True
+            raise
+        self._write_failing = False
+
+    def _must_write_resident(self) -> bool:
+        return (
+            _resident.used > RESIDENT_BYTES
+            or self._ready > RESIDENT_READY_MESSAGES
+            or self._ready_bytes > RESIDENT_READY_BYTES
+        )
+
+    def _write_resident_out(self) -> None:
+        """A non-durable store past RESIDENT_BYTES: hand all its records to the OS, oldest first."""
+        for segment in list(self._segments.values()):
+            if segment is self._write:
+                self._write_out()
+            else:
+                self._write_segment_out(segment)
+
+    def _write_segment_out(self, segment: _Segment) -> None:
+        if segment.unwritten_size:
+            parts = segment.unwritten
+            fd = self._segment_fd(segment)
+            if len(parts) == 1:
+                write_at(fd, parts[0], segment.size)
+            else:
+                write_parts_at(fd, parts, segment.size)
+            segment.size += segment.unwritten_size
+            self._forget_unwritten(segment)
+
+    def _forget_unwritten(self, segment: _Segment) -> None:
+        if not self.durable:
+            _resident.used -= segment.unwritten_size
+        segment.unwritten_size = 0
+        if segment is self._write:  # its last piece stays the run that records are appended to
+            self._write_buffer.clear()
+            segment.unwritten = [self._write_buffer]
+        else:
+            segment.unwritten = []
 
     def _write_acks(self) -> None:
         """Append the pending acks to the ack files. When a write fails, the acks not
@@ -577,6 +666,7 @@ class SegmentStore:
             dirty.pop()
 
     def _delete_segment(self, segment: _Segment) -> None:
+        self._forget_unwritten(segment)
         del self._segments[segment.id]
         if self._cursor is segment:
             self._move_cursor(self._segment_after(segment))
@@ -592,6 +682,7 @@ class SegmentStore:
 
     def _close_files(self) -> None:
         for segment in self._segments.values():
+            self._forget_unwritten(segment)
             OPEN_FILES.release(segment)
         self._directory.close()
         self._segments.clear()
@@ -649,3 +740,16 @@ class SegmentStore:
                 self._ready,
                 len(self._segments),
             )
+
+
+def _unwritten_record(parts: list[bytes | bytearray], start: int) -> tuple[bytes, int, int]:
+    """The record `start` bytes into a segment's unwritten pieces, as `_locate` returns it.
+    A record lies within one piece, or is a head piece followed by its body piece."""
+    for index, part in enumerate(parts):
+        if start < len(part):
+            size = record_size(part, start)
+            if start + size <= len(part):
+                return bytes(memoryview(part)[start : start + size]), 0, size
+            return bytes(part) + parts[index + 1], 0, size
+        start -= len(part)
+    raise ValueError(f"no record {start} bytes past the last unwritten one")

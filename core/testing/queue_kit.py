@@ -66,14 +66,14 @@ class QueueTypeKit:
         taken = []
         while (item := store.take()) is not None:
             message_id, message, redelivered = item
-            taken.append((message_id, message.body, redelivered))
+            taken.append((message_id, bytes(message.body), redelivered))
         return taken
 
     @staticmethod
     def take_body(store: QueueType) -> bytes:
         item = store.take()
         assert item is not None, "the queue is empty"
-        return item[1].body
+        return bytes(item[1].body)
 
     @staticmethod
     def assert_counts(store: QueueType, ready: Sequence[bytes]) -> None:

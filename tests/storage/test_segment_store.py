@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from lavin.api.message import Message, encode_properties, is_persistent, message_priority
-from lavin.storage.segment_store import SegmentStore
+from lavin.storage.segment_store import RESIDENT_READY_MESSAGES, SegmentStore
+from lavin.storage.segment_store import resident_bytes as unwritten_bytes
 
 PERSISTENT = encode_properties({"delivery_mode": 2})
 TRANSIENT = encode_properties({})
@@ -243,14 +244,87 @@ def test_transient_messages_do_not_survive_a_restart(tmp_path: Path) -> None:
 
 
 def test_a_non_durable_store_starts_empty(tmp_path: Path) -> None:
-    store = SegmentStore(tmp_path / "q", durable=False)
-    store.push(message(b"gone"))
+    store = SegmentStore(tmp_path / "q", durable=True)  # leaves a segment file behind
+    store.push(message(b"gone", persistent=True))
     store.close()
     reopened = SegmentStore(tmp_path / "q", durable=False)
     assert len(reopened) == 0 and reopened.take() is None
     assert segment_files(reopened.path) == ["msgs.0000000001"]
     reopened.delete()
     assert not (tmp_path / "q").exists()
+
+
+def test_a_non_durable_store_keeps_messages_in_flight_off_the_disk(tmp_path: Path) -> None:
+    before = unwritten_bytes()
+    store = SegmentStore(tmp_path / "q", durable=False, segment_size=4096)
+    for batch in range(50):
+        sent = [b"%d.%d " % (batch, index) * 40 for index in range(20)]
+        ids = [store.push(message(body, persistent=False)) for body in sent]
+        assert store.flush() == []
+        for message_id, body in zip(ids, sent, strict=True):
+            taken = take(store)
+            assert (taken[0], taken[1].body) == (message_id, body)
+            store.ack(message_id)
+    assert not store.path.exists(), "acked before they had to be written: no file, no directory"
+    assert 0 < unwritten_bytes() - before <= 4096 + 1024, "only the write segment is held"
+    store.delete()
+    assert unwritten_bytes() == before
+
+
+def test_a_non_durable_backlog_goes_to_disk_and_comes_back_with_what_is_held(tmp_path: Path) -> None:
+    before = unwritten_bytes()
+    store = SegmentStore(tmp_path / "q", durable=False, segment_size=64 << 10)
+    sent = [b"message %d" % index for index in range(RESIDENT_READY_MESSAGES + 500)]
+    for body in sent[:100]:
+        store.push(message(body, persistent=False))
+    store.flush()
+    assert not store.path.exists()
+    for body in sent[100:]:
+        store.push(message(body, persistent=False))
+    store.flush()
+    assert segment_files(store.path) and unwritten_bytes() == before, "a backlog is written, all of it"
+    first = [take(store) for _ in sent]
+    assert [item[1].body for item in first] == sent
+    later = [b"later %d" % index for index in range(100)]
+    later_ids = [store.push(message(body, persistent=False)) for body in later]
+    store.flush()
+    assert unwritten_bytes() > before, "in flight again: held"
+    store.requeue([item[0] for item in first[:10]])  # read from the files
+    assert bodies(store) == sent[:10] + later
+    store.requeue(later_ids)  # read from memory
+    assert bodies(store) == later
+    store.delete()
+    assert unwritten_bytes() == before
+
+
+def mixed_bodies(count: int) -> list[bytes]:
+    """Small bodies, copied into the write buffer, between large ones, kept apart."""
+    return [(b"%d:" % index) * (20_000 if index % 3 == 0 else 5) for index in range(count)]
+
+
+def test_large_bodies_kept_apart_are_written_and_recovered(tmp_path: Path) -> None:
+    sent = mixed_bodies(30)
+    store = SegmentStore(tmp_path / "q", durable=True, segment_size=100_000)
+    for body in sent:
+        store.push(message(body))
+    store.flush()
+    store.close()
+    reopened = SegmentStore(tmp_path / "q", durable=True, segment_size=100_000)
+    assert bodies(reopened) == sent, "every record whole, its crc right"
+    reopened.close()
+
+
+def test_large_bodies_held_in_memory_read_back_whole(tmp_path: Path) -> None:
+    before = unwritten_bytes()
+    store = SegmentStore(tmp_path / "q", durable=False, segment_size=100_000)
+    sent = mixed_bodies(30)
+    ids = [store.push(message(body, persistent=False)) for body in sent]
+    assert [take(store)[1].body for _ in sent] == sent
+    store.requeue(ids)  # read from the pieces in memory, past the decoded window
+    assert bodies(store) == sent
+    assert not store.path.exists()
+    store.delete()
+    assert unwritten_bytes() == before
 
 
 def _close_with_messages(path: Path, count: int) -> Path:
