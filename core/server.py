@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from lavin.broker.allocator import tune_allocator
 from lavin.broker.broker import Broker
 from lavin.config import Config, StartupError
 from lavin.listeners import AmqpListeners
@@ -36,6 +37,7 @@ def serve(config: Config) -> None:
     """Run the broker until SIGTERM or SIGINT, then shut down gracefully."""
     configure_logging(config.log_level)
     raise_open_file_limit()
+    tune_allocator()
     loop_factory = event_loop_factory(config.loop)
     with data_dir_lock(config.data_dir):
         registry = load_plugins(config)

@@ -21,6 +21,7 @@ import shutil
 import socket
 from typing import Final, Protocol
 
+from lavin.broker.allocator import release_free_memory
 from lavin.config import Config, MiB
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,7 @@ class ResourceAlarms:
 
     def _check(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = loop.call_later(CHECK_INTERVAL, self._check, loop)
+        release_free_memory()  # what the tuned allocator keeps for reuse does not count
         used = resident_memory()
         self._sampled_memory = used
         self._sampled_partial = self.partial_bodies

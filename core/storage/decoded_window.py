@@ -13,9 +13,11 @@ from typing import Final
 
 from lavin.api.message import Message
 
-# Sized to cover the backlog that publisher flow control allows (lavin.broker.queue.FLOW_HIGH).
+# Sized to cover the backlog that publisher flow control allows (lavin.broker.queue.FLOW_HIGH
+# messages, or FLOW_HIGH_BYTES of bodies plus the message that went past it: two messages of
+# 16 MiB).
 WINDOW_MESSAGES: Final = 16384
-WINDOW_BYTES: Final = 8 << 20  # per store: record bytes plus ENTRY_OVERHEAD per message
+WINDOW_BYTES: Final = 40 << 20  # per store: record bytes plus ENTRY_OVERHEAD per message
 ALL_WINDOWS_BYTES: Final = 64 << 20  # the same, across every store of the process
 ENTRY_OVERHEAD: Final = 256  # the message object, its strings and the entry tuple
 
