@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-import time
 from collections import deque
 from collections.abc import Iterable
 from itertools import takewhile
@@ -82,6 +81,8 @@ class Channel:
         # publish assembly
         self._publish: tuple[str, str, bool] | None = None
         self._properties = b""
+        self._last_publish_method = b""  # the last basic.publish that publish_whole decoded
+        self._last_publish = ("", "", False)
         self._body_size = 0
         # A body that comes in several frames is gathered here: one buffer that grows in place
         # (a large one is a memory mapping of its own, given back whole), counted by the alarms.
@@ -178,7 +179,7 @@ class Channel:
         self._publish = publish
         self._expect_header = True
 
-    def publish_whole(self, method: bytes, header: bytes, body: bytes) -> bool:
+    def publish_whole(self, method: bytes, properties: bytes, body: bytes) -> bool:
         """A publish whose three frames arrived together skips the per-frame state machine.
 
         Returns False, having changed nothing, when anything is unusual: the frames then take
@@ -186,12 +187,17 @@ class Channel:
         """
         if self.closing or self._expect_header or self._publish is not None:
             return False
-        try:
-            publish = _parse_publish(method)
-        except UnicodeDecodeError:
-            return False  # the ordinary path refuses it
-        if publish is None or len(header) < 14 or header[0] != 0 or header[1] != codec.BASIC_CLASS:
-            return False
+        if method == self._last_publish_method:  # publishers repeat themselves: decoded already
+            publish = self._last_publish
+        else:
+            try:
+                parsed = _parse_publish(method)
+            except UnicodeDecodeError:
+                return False  # the ordinary path refuses it
+            if parsed is None:
+                return False
+            publish = self._last_publish = parsed
+            self._last_publish_method = method
         if len(body) > self.connection.broker.config.max_message_size:
             return False
         try:
@@ -201,7 +207,7 @@ class Channel:
             self.close_with_error(exc)
             return True
         self._publish = publish
-        self._properties = header[12:]
+        self._properties = properties
         self._complete_publish(body)
         return True
 
@@ -355,7 +361,7 @@ class Channel:
         self._publish = None
         exchange, routing_key, mandatory = publish
         properties = self._properties
-        message = Message(exchange, routing_key, properties, body, int(time.time() * 1000))
+        message = Message(exchange, routing_key, properties, body, self.connection.received_at)
         if len(properties) != 2 or properties[0] or properties[1]:  # not simply "no properties"
             try:
                 check_properties(message)

@@ -39,7 +39,7 @@ ACK_FRAME: Final = struct.Struct(">BHIIQBB")  # full basic.ack / basic.nack fram
 
 BASIC_CLASS: Final = 60
 BASIC_PUBLISH: Final = 60 << 16 | 40
-BASIC_PUBLISH_ID: Final = b"\x00\x3c\x00\x28"
+BASIC_PUBLISH_METHOD: Final = 40  # the method id alone, as its payload's fourth octet holds it
 BASIC_ACK: Final = 60 << 16 | 80
 BASIC_DELIVER_ID: Final = b"\x00\x3c\x00\x3c"
 BASIC_GET_OK_ID: Final = b"\x00\x3c\x00\x47"

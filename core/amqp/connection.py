@@ -130,6 +130,7 @@ class Connection(asyncio.Protocol):
         self.auth_mechanism = ""
         self.connected_at = 0  # ms since the epoch
         self.recv_oct = 0  # bytes read and written (statistics: one addition per socket read or write)
+        self.received_at = 0  # ms since the epoch of the last read: the timestamp of what it published
         self.send_oct = 0
 
     @property
@@ -183,6 +184,7 @@ class Connection(asyncio.Protocol):
             return
         self._received_since_tick = True
         self.recv_oct += len(data)
+        self.received_at = int(time.time() * 1000)
         buffer = self.buffer
         if self.paused_by & PAUSED_FOR_AUTHORIZATION:  # what was read already waits behind that frame
             buffer += data
@@ -282,7 +284,6 @@ class Connection(asyncio.Protocol):
         frames it could not complete begin."""
         end = len(data)
         frame_max = self.frame_max
-        unpack_head = codec.FRAME_HEAD.unpack_from
         channels = self.channels
         frame_type: int
         channel_id: int
@@ -293,7 +294,9 @@ class Connection(asyncio.Protocol):
             # Frames that arrive while a login is being checked wait in the buffer.
             while end - offset >= 7 and self.state != CLOSED and self.state != AUTHENTICATING:
                 start = offset
-                frame_type, channel_id, size = unpack_head(data, offset)
+                frame_type = data[offset]
+                channel_id = _u16(data, offset + 1)
+                size = _u32(data, offset + 3)
                 # RabbitMQ takes a payload of up to frame_max (a frame of frame_max + 8) and so do
                 # clients that split bodies that way; its error still names frame_max - 8.
                 if size > frame_max:
@@ -325,7 +328,11 @@ class Connection(asyncio.Protocol):
                         content = True
                         continue
                     if frame_type == 1 and size >= 4:
-                        if payload[:4] == codec.BASIC_PUBLISH_ID:
+                        if (
+                            payload[1] == codec.BASIC_CLASS
+                            and payload[3] == codec.BASIC_PUBLISH_METHOD
+                            and not (payload[0] or payload[2])
+                        ):
                             whole = _content_that_follows(data, offset, end, channel_id, frame_max)
                             if whole is not None and channel.publish_whole(payload, whole[0], whole[1]):
                                 offset = whole[2]
@@ -952,33 +959,39 @@ def _content_that_follows(
     data: bytes, offset: int, end: int, channel_id: int, frame_max: int
 ) -> tuple[bytes, bytes, int] | None:
     """The content header and single body frame right after a basic.publish, when both are
-    complete and well formed: (header payload, body, offset after them). Anything else,
-    None: the frame loop then handles them one by one."""
-    if end - offset < 7:
+    complete and well formed: (properties, body, offset after them). Anything else, None:
+    the frame loop then handles them one by one. Integers are read octet by octet, which
+    compiled costs no allocation (struct would build a tuple per field group)."""
+    if end - offset < 7 or data[offset] != codec.FRAME_HEADER or _u16(data, offset + 1) != channel_id:
         return None
-    frame_type: int
-    channel: int
-    size: int
-    frame_type, channel, size = codec.FRAME_HEAD.unpack_from(data, offset)
+    size = _u32(data, offset + 3)
     header_end = offset + 7 + size
-    if frame_type != 2 or channel != channel_id or size < 12 or size > frame_max or header_end >= end:
+    if size < 14 or size > frame_max or header_end >= end:
         return None
-    if data[header_end] != 0xCE:
+    if data[header_end] != 0xCE or data[offset + 7] or data[offset + 8] != codec.BASIC_CLASS:
         return None
-    header = data[offset + 7 : header_end]
-    body_size: int = codec.U64.unpack_from(header, 4)[0]
-    if not body_size:
-        return header, b"", header_end + 1
+    properties = data[offset + 19 : header_end]
+    body_size_high = _u32(data, offset + 11)  # the body size is a u64; one frame's fits in the low half
+    body_size = _u32(data, offset + 15)
+    if not body_size_high and not body_size:
+        return properties, b"", header_end + 1
     body_start = header_end + 1
-    if end - body_start < 7:
+    body_end = body_start + 7 + body_size
+    if body_size_high or body_size > frame_max or body_end >= end:
         return None
-    frame_type, channel, size = codec.FRAME_HEAD.unpack_from(data, body_start)
-    body_end = body_start + 7 + size
-    if frame_type != 3 or channel != channel_id or size != body_size or size > frame_max or body_end >= end:
+    if data[body_start] != codec.FRAME_BODY or _u16(data, body_start + 1) != channel_id:
         return None
-    if data[body_end] != 0xCE:
+    if _u32(data, body_start + 3) != body_size or data[body_end] != 0xCE:
         return None
-    return header, data[body_start + 7 : body_end], body_end + 1
+    return properties, data[body_start + 7 : body_end], body_end + 1
+
+
+def _u16(data: bytes, offset: int) -> int:
+    return data[offset] << 8 | data[offset + 1]
+
+
+def _u32(data: bytes, offset: int) -> int:
+    return data[offset] << 24 | data[offset + 1] << 16 | data[offset + 2] << 8 | data[offset + 3]
 
 
 def _frame_error(frame_type: int, data: bytes, offset: int, reason: str) -> errors.FrameError:

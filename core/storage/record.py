@@ -36,6 +36,7 @@ DAMAGED: Final = -1  # `intact_flags` of a record that fails its crc
 LENGTH: Final = struct.Struct("<I")  # the record length, and those of properties
 
 _LENGTH_CRC: Final = struct.Struct("<II")
+_CRC: Final = struct.Struct("<I")
 _TIMESTAMP_EXCHANGE_SIZE: Final = struct.Struct("<9xQB")  # read past the header
 _U64: Final = struct.Struct("<Q")
 _CRC_START: Final = 8  # the crc covers the record from the flags byte on
@@ -47,19 +48,42 @@ FIXED_SIZE: Final = HEADER_SIZE + 8 + 1 + 1 + 4 + 8
 TEXT_ENCODING: Final = "utf-8"
 TEXT_ERRORS: Final = "surrogateescape"
 
-# Everything from the flags byte up to the body, as one Struct per size of exchange,
-# routing key and properties: one pack call instead of eight appends. Publishers reuse a
-# handful of sizes; the cap keeps odd traffic from growing the cache without bound.
+# A record's head (everything before the body) as one Struct per size of exchange, routing
+# key and properties: one pack call instead of nine appends. Publishers reuse a handful of
+# sizes, most often one: the last one used is kept aside, so that a run of alike messages
+# skips the cache lookup too; the cap keeps odd traffic from growing the cache without bound.
 _LayoutKey = tuple[int, int, int]
 _layouts: Final[dict[_LayoutKey, struct.Struct]] = {}
 _LAYOUTS_MAX: Final = 4096
 
 
-def _layout(key: _LayoutKey) -> struct.Struct:
-    if len(_layouts) >= _LAYOUTS_MAX:
-        _layouts.clear()
-    exchange_size, routing_key_size, properties_size = key
-    layout = _layouts[key] = struct.Struct(f"<BQB{exchange_size}sB{routing_key_size}sI{properties_size}sQ")
+class _LastLayout:
+    __slots__ = ("exchange_size", "layout", "properties_size", "routing_key_size")
+
+    def __init__(self) -> None:
+        self.exchange_size = self.routing_key_size = self.properties_size = -1
+        self.layout = _LENGTH_CRC
+
+
+_last_layout: Final = _LastLayout()
+
+
+def _layout(exchange_size: int, routing_key_size: int, properties_size: int) -> struct.Struct:
+    last = _last_layout
+    if (
+        last.exchange_size == exchange_size
+        and last.routing_key_size == routing_key_size
+        and last.properties_size == properties_size
+    ):
+        return last.layout
+    key = (exchange_size, routing_key_size, properties_size)
+    layout = _layouts.get(key)
+    if layout is None:
+        if len(_layouts) >= _LAYOUTS_MAX:
+            _layouts.clear()
+        layout = _layouts[key] = struct.Struct(f"<IIBQB{exchange_size}sB{routing_key_size}sI{properties_size}sQ")
+    last.exchange_size, last.routing_key_size, last.properties_size = key
+    last.layout = layout
     return layout
 
 
@@ -67,13 +91,32 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def prepare_record(message: Message) -> tuple[bytes, bytes, int]:
-    """The exchange and routing key as a record stores them, and the size of the message's
-    record: what a store needs to know before `append_record`."""
-    exchange = message.exchange.encode(TEXT_ENCODING, TEXT_ERRORS)
-    routing_key = message.routing_key.encode(TEXT_ENCODING, TEXT_ERRORS)
-    size = FIXED_SIZE + len(exchange) + len(routing_key) + len(message.properties) + len(message.body)
-    return exchange, routing_key, size
+class RecordNames:
+    """Prepares a store's records: the exchange and routing key as a record stores them,
+    encoded once for a run of messages that carry the same str objects (a publisher's
+    channel hands the same ones on while its basic.publish does not change)."""
+
+    __slots__ = ("_exchange", "_exchange_bytes", "_routing_key", "_routing_key_bytes")
+
+    def __init__(self) -> None:
+        self._exchange = self._routing_key = ""
+        self._exchange_bytes = self._routing_key_bytes = b""
+
+    def prepare(self, message: Message) -> tuple[bytes, bytes, int]:
+        """(exchange, routing key, size of the message's record): what `append_record`
+        needs to know first."""
+        exchange = message.exchange
+        if exchange is not self._exchange:
+            self._exchange = exchange
+            self._exchange_bytes = exchange.encode(TEXT_ENCODING, TEXT_ERRORS)
+        routing_key = message.routing_key
+        if routing_key is not self._routing_key:
+            self._routing_key = routing_key
+            self._routing_key_bytes = routing_key.encode(TEXT_ENCODING, TEXT_ERRORS)
+        exchange_bytes = self._exchange_bytes
+        routing_key_bytes = self._routing_key_bytes
+        size = FIXED_SIZE + len(exchange_bytes) + len(routing_key_bytes) + len(message.properties) + len(message.body)
+        return exchange_bytes, routing_key_bytes, size
 
 
 def append_record(
@@ -91,10 +134,12 @@ def append_record(
 
     Raises ValueError, leaving `buffer` as it was, for a name longer than 255 bytes.
     """
-    length_crc, meta = _encode_head(timestamp, exchange, routing_key, properties, body, flags, checksum)
-    buffer += length_crc
-    buffer += meta
+    head = _head(timestamp, exchange, routing_key, properties, len(body), flags)
+    start = len(buffer)
+    buffer += head
     buffer += body
+    if checksum:
+        _CRC.pack_into(buffer, start + 4, zlib.crc32(body, zlib.crc32(head[_CRC_START:])))
 
 
 def record_head(
@@ -108,21 +153,34 @@ def record_head(
 ) -> bytes:
     """What `append_record` writes before the body: for a store that keeps a large body
     as it is, next to its record's head, instead of copying it into a buffer."""
-    length_crc, meta = _encode_head(timestamp, exchange, routing_key, properties, body, flags, checksum)
-    return length_crc + meta
+    head = _head(timestamp, exchange, routing_key, properties, len(body), flags)
+    if not checksum:
+        return head
+    with_crc = bytearray(head)
+    _CRC.pack_into(with_crc, 4, zlib.crc32(body, zlib.crc32(head[_CRC_START:])))
+    return bytes(with_crc)
 
 
-def _encode_head(
-    timestamp: int, exchange: bytes, routing_key: bytes, properties: bytes, body: Body, flags: int, checksum: bool
-) -> tuple[bytes, bytes]:
-    key = (len(exchange), len(routing_key), len(properties))
-    layout = _layouts.get(key) or _layout(key)
+def _head(timestamp: int, exchange: bytes, routing_key: bytes, properties: bytes, body_size: int, flags: int) -> bytes:
+    """A record's head with its crc field 0."""
+    layout = _layout(len(exchange), len(routing_key), len(properties))
     try:
-        meta = layout.pack(flags, timestamp, key[0], exchange, key[1], routing_key, key[2], properties, len(body))
+        head: bytes = layout.pack(
+            layout.size - HEADER_SIZE + body_size,
+            0,
+            flags,
+            timestamp,
+            len(exchange),
+            exchange,
+            len(routing_key),
+            routing_key,
+            len(properties),
+            properties,
+            body_size,
+        )
     except struct.error:
         raise ValueError("exchange and routing key are limited to 255 bytes") from None
-    crc = zlib.crc32(body, zlib.crc32(meta)) if checksum else 0
-    return _LENGTH_CRC.pack(len(meta) - 1 + len(body), crc), meta
+    return head
 
 
 def record_size(buffer: bytes | bytearray, offset: int) -> int:

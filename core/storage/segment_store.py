@@ -29,11 +29,11 @@ from lavin.storage.record import (
     FILE_HEADER_BYTES,
     FILE_HEADER_SIZE,
     FLAG_PERSISTENT,
+    RecordNames,
     append_record,
     body_size,
     decode_record,
     now_ms,
-    prepare_record,
     record_head,
     record_size,
 )
@@ -153,6 +153,7 @@ class SegmentStore:
         "_last_push_body_size",
         "_last_push_end",
         "_last_push_id",
+        "_names",
         "_next_skip",
         "_random_reader",
         "_ready",
@@ -207,6 +208,7 @@ class SegmentStore:
         self._dir_changed = False  # a file was created since the directory was last synced
         self._write_failing = False  # the last write failed: the buffer waits for the next flush
         self._window = DecodedWindow()
+        self._names = RecordNames()
         self._directory = PooledDirectory(path)
         if durable:
             ensure_directory(path)
@@ -220,7 +222,7 @@ class SegmentStore:
 
     def push(self, message: Message) -> int:
         """Append a ready message and return its id."""
-        exchange, routing_key, size = prepare_record(message)
+        exchange, routing_key, size = self._names.prepare(message)
         properties = message.properties
         body = message.body
         position = self._write_end

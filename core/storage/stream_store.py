@@ -38,12 +38,12 @@ from lavin.storage.record import (
     FIXED_SIZE,
     FLAG_HOLE,
     FLAG_PERSISTENT,
+    RecordNames,
     append_record,
     decode_record,
     hole_records,
     intact_flags,
     now_ms,
-    prepare_record,
     record_size,
 )
 from lavin.storage.segment_files import (
@@ -142,6 +142,7 @@ class StreamStore(StreamType):
 
     def __init__(self, path: Path, *, segment_size: int | None = None, retention: Retention = Retention()) -> None:
         """`segment_size` defaults to 8 MiB; a record larger than it gets a segment of its own."""
+        self._names = RecordNames()
         if segment_size is not None and not 0 < segment_size <= self.MAX_SEGMENT_SIZE:
             raise ValueError(f"segment_size must be between 1 byte and 4 GiB, not {segment_size}")
         self.path = path
@@ -174,7 +175,7 @@ class StreamStore(StreamType):
 
     def push(self, message: Message) -> int:
         """Append a message; return its offset."""
-        exchange, routing_key, size = prepare_record(message)
+        exchange, routing_key, size = self._names.prepare(message)
         position = self._write_end
         if position + size > self.segment_size and position > FILE_HEADER_SIZE and self._rolled():
             position = FILE_HEADER_SIZE
