@@ -91,20 +91,39 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class RecordNames:
-    """Prepares a store's records: the exchange and routing key as a record stores them,
-    encoded once for a run of messages that carry the same str objects (a publisher's
-    channel hands the same ones on while its basic.publish does not change)."""
+class RecordEncoder:
+    """Encodes the records of one store. Publishers repeat themselves: a run of messages
+    carries the same exchange and routing key objects (a publisher's channel hands the same
+    ones on while its basic.publish does not change), the same properties, and often the
+    same body size and receive time (taken once per socket read). So the names are encoded
+    once per run, and a head equal to the last one is not packed again."""
 
-    __slots__ = ("_exchange", "_exchange_bytes", "_routing_key", "_routing_key_bytes")
+    __slots__ = (
+        "_body_size",
+        "_exchange",
+        "_exchange_bytes",
+        "_flags",
+        "_head",
+        "_head_crc",
+        "_head_exchange",
+        "_head_routing_key",
+        "_properties",
+        "_routing_key",
+        "_routing_key_bytes",
+        "_timestamp",
+    )
 
     def __init__(self) -> None:
         self._exchange = self._routing_key = ""
         self._exchange_bytes = self._routing_key_bytes = b""
+        # The last head, and what it was made of
+        self._head = self._head_exchange = self._head_routing_key = self._properties = b""
+        self._timestamp = self._body_size = self._flags = -1
+        self._head_crc = -1  # crc32 of the head from the flags byte on; -1 until a checksum needs it
 
     def prepare(self, message: Message) -> tuple[bytes, bytes, int]:
-        """(exchange, routing key, size of the message's record): what `append_record`
-        needs to know first."""
+        """(exchange, routing key, size of the message's record): what `append` needs to
+        know first."""
         exchange = message.exchange
         if exchange is not self._exchange:
             self._exchange = exchange
@@ -118,6 +137,71 @@ class RecordNames:
         size = FIXED_SIZE + len(exchange_bytes) + len(routing_key_bytes) + len(message.properties) + len(message.body)
         return exchange_bytes, routing_key_bytes, size
 
+    def append(
+        self,
+        buffer: bytearray,
+        timestamp: int,
+        exchange: bytes,
+        routing_key: bytes,
+        properties: bytes,
+        body: Body,
+        flags: int,
+        checksum: bool = True,
+    ) -> None:
+        """Encode one record at the end of `buffer`. Without `checksum` its crc field is 0:
+        for stores that are never recovered, where nothing would check it.
+
+        Raises ValueError, leaving `buffer` as it was, for a name longer than 255 bytes.
+        """
+        head = self._head_of(timestamp, exchange, routing_key, properties, len(body), flags)
+        start = len(buffer)
+        buffer += head
+        buffer += body
+        if checksum:
+            _CRC.pack_into(buffer, start + 4, zlib.crc32(body, self._crc_of_head()))
+
+    def head(
+        self,
+        timestamp: int,
+        exchange: bytes,
+        routing_key: bytes,
+        properties: bytes,
+        body: Body,
+        flags: int,
+        checksum: bool = True,
+    ) -> bytes:
+        """What `append` writes before the body: for a store that keeps a large body as it
+        is, next to its record's head, instead of copying it into a buffer."""
+        head = self._head_of(timestamp, exchange, routing_key, properties, len(body), flags)
+        if not checksum:
+            return head
+        with_crc = bytearray(head)
+        _CRC.pack_into(with_crc, 4, zlib.crc32(body, self._crc_of_head()))
+        return bytes(with_crc)
+
+    def _head_of(
+        self, timestamp: int, exchange: bytes, routing_key: bytes, properties: bytes, body_size: int, flags: int
+    ) -> bytes:
+        if (
+            timestamp == self._timestamp
+            and body_size == self._body_size
+            and flags == self._flags
+            and exchange is self._head_exchange
+            and routing_key is self._head_routing_key
+            and properties == self._properties
+        ):
+            return self._head
+        head = self._head = _head(timestamp, exchange, routing_key, properties, body_size, flags)
+        self._timestamp, self._body_size, self._flags = timestamp, body_size, flags
+        self._head_exchange, self._head_routing_key, self._properties = exchange, routing_key, properties
+        self._head_crc = -1
+        return head
+
+    def _crc_of_head(self) -> int:
+        if self._head_crc < 0:
+            self._head_crc = zlib.crc32(self._head[_CRC_START:])
+        return self._head_crc
+
 
 def append_record(
     buffer: bytearray,
@@ -129,36 +213,8 @@ def append_record(
     flags: int,
     checksum: bool = True,
 ) -> None:
-    """Encode one record at the end of `buffer`. Without `checksum` its crc field is 0:
-    for stores that are never recovered, where nothing would check it.
-
-    Raises ValueError, leaving `buffer` as it was, for a name longer than 255 bytes.
-    """
-    head = _head(timestamp, exchange, routing_key, properties, len(body), flags)
-    start = len(buffer)
-    buffer += head
-    buffer += body
-    if checksum:
-        _CRC.pack_into(buffer, start + 4, zlib.crc32(body, zlib.crc32(head[_CRC_START:])))
-
-
-def record_head(
-    timestamp: int,
-    exchange: bytes,
-    routing_key: bytes,
-    properties: bytes,
-    body: Body,
-    flags: int,
-    checksum: bool = True,
-) -> bytes:
-    """What `append_record` writes before the body: for a store that keeps a large body
-    as it is, next to its record's head, instead of copying it into a buffer."""
-    head = _head(timestamp, exchange, routing_key, properties, len(body), flags)
-    if not checksum:
-        return head
-    with_crc = bytearray(head)
-    _CRC.pack_into(with_crc, 4, zlib.crc32(body, zlib.crc32(head[_CRC_START:])))
-    return bytes(with_crc)
+    """`RecordEncoder.append` for a single record."""
+    RecordEncoder().append(buffer, timestamp, exchange, routing_key, properties, body, flags, checksum)
 
 
 def _head(timestamp: int, exchange: bytes, routing_key: bytes, properties: bytes, body_size: int, flags: int) -> bytes:

@@ -22,19 +22,17 @@ from typing import Final
 
 from lavin.api.message import Message, is_persistent
 from lavin.storage import quarantine
-from lavin.storage.decoded_window import DecodedWindow
+from lavin.storage.decoded_window import WINDOW_MESSAGES, DecodedWindow
 from lavin.storage.disk import ensure_directory, recreate_directory
 from lavin.storage.open_files import OPEN_FILES, PooledDirectory
 from lavin.storage.record import (
     FILE_HEADER_BYTES,
     FILE_HEADER_SIZE,
     FLAG_PERSISTENT,
-    RecordNames,
-    append_record,
+    RecordEncoder,
     body_size,
     decode_record,
     now_ms,
-    record_head,
     record_size,
 )
 from lavin.storage.segment_files import (
@@ -153,11 +151,11 @@ class SegmentStore:
         "_last_push_body_size",
         "_last_push_end",
         "_last_push_id",
-        "_names",
         "_next_skip",
         "_random_reader",
         "_ready",
         "_ready_bytes",
+        "_records",
         "_removed_ahead",
         "_removed_requeued",
         "_requeued",
@@ -208,7 +206,7 @@ class SegmentStore:
         self._dir_changed = False  # a file was created since the directory was last synced
         self._write_failing = False  # the last write failed: the buffer waits for the next flush
         self._window = DecodedWindow()
-        self._names = RecordNames()
+        self._records = RecordEncoder()
         self._directory = PooledDirectory(path)
         if durable:
             ensure_directory(path)
@@ -222,7 +220,7 @@ class SegmentStore:
 
     def push(self, message: Message) -> int:
         """Append a ready message and return its id."""
-        exchange, routing_key, size = self._names.prepare(message)
+        exchange, routing_key, size = self._records.prepare(message)
         properties = message.properties
         body = message.body
         position = self._write_end
@@ -234,11 +232,11 @@ class SegmentStore:
         checksum = self.durable  # a non-durable store is never recovered: its crcs would go unread
         segment = self._write
         if len(body) < _BODY_APART:
-            append_record(
+            self._records.append(
                 self._write_buffer, timestamp or now_ms(), exchange, routing_key, properties, body, flags, checksum
             )
         else:  # kept as it is, between its record's head and a new run for what follows
-            head = record_head(timestamp or now_ms(), exchange, routing_key, properties, body, flags, checksum)
+            head = self._records.head(timestamp or now_ms(), exchange, routing_key, properties, body, flags, checksum)
             self._write_buffer = bytearray()
             segment.unwritten += (head, body, self._write_buffer)
         segment.unwritten_size += size
@@ -250,7 +248,10 @@ class SegmentStore:
         self._ready += 1
         self._ready_bytes += len(body)
         message_id = segment.base | position
-        if timestamp:  # else the record's own differs from the object's
+        # Not with a timestamp of 0: the record's own then differs from the object's. Nor
+        # behind a backlog larger than the window: the message would be evicted before the
+        # cursor gets to it, as long as the publisher goes on (publish-only, a slow consumer).
+        if timestamp and self._ready <= WINDOW_MESSAGES:
             self._window.remember(message_id, size, message)
         self._last_push_id = message_id
         self._last_push_end = message_id + size

@@ -38,8 +38,7 @@ from lavin.storage.record import (
     FIXED_SIZE,
     FLAG_HOLE,
     FLAG_PERSISTENT,
-    RecordNames,
-    append_record,
+    RecordEncoder,
     decode_record,
     hole_records,
     intact_flags,
@@ -142,7 +141,7 @@ class StreamStore(StreamType):
 
     def __init__(self, path: Path, *, segment_size: int | None = None, retention: Retention = Retention()) -> None:
         """`segment_size` defaults to 8 MiB; a record larger than it gets a segment of its own."""
-        self._names = RecordNames()
+        self._records = RecordEncoder()
         if segment_size is not None and not 0 < segment_size <= self.MAX_SEGMENT_SIZE:
             raise ValueError(f"segment_size must be between 1 byte and 4 GiB, not {segment_size}")
         self.path = path
@@ -175,7 +174,7 @@ class StreamStore(StreamType):
 
     def push(self, message: Message) -> int:
         """Append a message; return its offset."""
-        exchange, routing_key, size = self._names.prepare(message)
+        exchange, routing_key, size = self._records.prepare(message)
         position = self._write_end
         if position + size > self.segment_size and position > FILE_HEADER_SIZE and self._rolled():
             position = FILE_HEADER_SIZE
@@ -183,7 +182,7 @@ class StreamStore(StreamType):
         timestamp = max(message.timestamp or now_ms(), self._last_timestamp)
         properties = message.properties
         flags = FLAG_PERSISTENT if is_persistent(properties) else 0
-        append_record(self._write_buffer, timestamp, exchange, routing_key, properties, message.body, flags)
+        self._records.append(self._write_buffer, timestamp, exchange, routing_key, properties, message.body, flags)
         self._last_timestamp = timestamp
         self._write.index.add(position, size, timestamp)
         self._write_end = position + size

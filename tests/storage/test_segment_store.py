@@ -327,6 +327,41 @@ def test_large_bodies_held_in_memory_read_back_whole(tmp_path: Path) -> None:
     assert unwritten_bytes() == before
 
 
+def test_records_of_alike_and_differing_messages_keep_their_own_fields(tmp_path: Path) -> None:
+    """Heads are reused for a run of alike messages: each record must still carry its own
+    exchange, routing key, properties, timestamp and body, and a crc that recovery accepts."""
+    props = [PERSISTENT, encode_properties({"delivery_mode": 2, "content_type": "a/b"})]
+    exchanges = ["ex0", "ex1", "ex2"]
+    keys = ["k1", "k2", "".join(["k", "1"])]  # the last equals the first, as another object
+    # Runs of messages alike but for one field, that field changing at a different pace each.
+    sent = [
+        Message(
+            exchanges[(index + 3) // 20 % 3],
+            keys[(index + 4) // 10 % 3],
+            props[index // 5 % 2],
+            b"%02d" % index if index % 7 else b"%03d" % index,
+            1_000 + index // 3,
+        )
+        for index in range(60)
+    ]
+    store = SegmentStore(tmp_path / "q", durable=True)
+    for item in sent:
+        store.push(item)
+    store.close()
+    reopened = SegmentStore(tmp_path / "q", durable=True)
+    received = [take(reopened)[1] for _ in sent]
+    assert reopened.take() is None
+    for expected, got in zip(sent, received, strict=True):
+        assert (got.exchange, got.routing_key, got.properties, got.body, got.timestamp) == (
+            expected.exchange,
+            expected.routing_key,
+            expected.properties,
+            expected.body,
+            expected.timestamp,
+        )
+    reopened.close()
+
+
 def _close_with_messages(path: Path, count: int) -> Path:
     store = SegmentStore(path, durable=True)
     for index in range(count):
