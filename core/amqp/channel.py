@@ -451,19 +451,7 @@ class Channel:
             parts = codec.deliver_parts(self.id, consumer.tag_bytes, tag, redelivered, message, connection.frame_max)
             connection.send_parts(parts)
             return
-        connection.send(
-            codec.deliver_frames(
-                self.id,
-                consumer.tag_bytes,
-                tag,
-                redelivered,
-                message.exchange,
-                message.routing_key,
-                message.properties,
-                message.body,
-                connection.frame_max,
-            )
-        )
+        connection.send(consumer.frames.encode(tag, redelivered, message, connection.frame_max))
 
     def start_reply_consumer(self, tag: str, no_ack: bool) -> None:
         if not no_ack:

@@ -28,6 +28,7 @@ class ChannelConsumer(Consumer):
         self.channel = channel
         self.queue = queue
         self.tag_bytes = codec.shortstr(tag)
+        self.frames = codec.DeliveryFrames(channel.id, self.tag_bytes)
 
     def can_take(self) -> bool:
         channel = self.channel
