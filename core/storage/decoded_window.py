@@ -20,38 +20,43 @@ WINDOW_MESSAGES: Final = 16384
 WINDOW_BYTES: Final = 40 << 20  # per store: record bytes plus ENTRY_OVERHEAD per message
 ALL_WINDOWS_BYTES: Final = 64 << 20  # the same, across every store of the process
 ENTRY_OVERHEAD: Final = 256  # the message object, its strings and the entry tuple
+# An entry for the message the last entry of any window was made for: one message routed to
+# several queues (fan-out) is held once, so only the first entry pays for it.
+SHARED_ENTRY_OVERHEAD: Final = 96
 
 
 class _Budget:
-    __slots__ = ("used",)
+    __slots__ = ("last_message", "used")
 
     def __init__(self) -> None:
         self.used = 0
+        self.last_message: Message | None = None  # of the last entry made, in any window
 
 
 _budget: Final = _Budget()
 
 
 class DecodedWindow:
-    """(id, record size, message) of recent appends, in id order."""
+    """(id, record size, message, cost) of recent appends, in id order."""
 
     __slots__ = ("_bytes", "_entries")
 
     def __init__(self) -> None:
-        self._entries: deque[tuple[int, int, Message]] = deque()
+        self._entries: deque[tuple[int, int, Message, int]] = deque()
         self._bytes = 0
 
     def remember(self, message_id: int, size: int, message: Message) -> None:
         """Called for each append, in order; skipped while the process-wide budget is spent."""
-        cost = size + ENTRY_OVERHEAD
+        cost = SHARED_ENTRY_OVERHEAD if message is _budget.last_message else size + ENTRY_OVERHEAD
         if _budget.used + cost > ALL_WINDOWS_BYTES:
             return
+        _budget.last_message = message
         entries = self._entries
-        entries.append((message_id, size, message))
+        entries.append((message_id, size, message, cost))
         self._bytes += cost
         _budget.used += cost
         while len(entries) > WINDOW_MESSAGES or self._bytes > WINDOW_BYTES:
-            self._release(entries.popleft()[1])
+            self._release(entries.popleft()[3])
 
     def take(self, message_id: int) -> tuple[int, Message] | None:
         """(record size, message) of `message_id` when it is held; entries before it are
@@ -62,7 +67,7 @@ class DecodedWindow:
             if entry[0] > message_id:
                 return None
             entries.popleft()
-            self._release(entry[1])
+            self._release(entry[3])
             if entry[0] == message_id:
                 return entry[1], entry[2]
         return None
@@ -71,14 +76,13 @@ class DecodedWindow:
         """The last append was consumed without being read (delivered straight away)."""
         entries = self._entries
         if entries and entries[-1][0] == message_id:
-            self._release(entries.pop()[1])
+            self._release(entries.pop()[3])
 
     def clear(self) -> None:
         self._entries.clear()
         _budget.used -= self._bytes
         self._bytes = 0
 
-    def _release(self, size: int) -> None:
-        cost = size + ENTRY_OVERHEAD
+    def _release(self, cost: int) -> None:
         self._bytes -= cost
         _budget.used -= cost
