@@ -137,7 +137,7 @@ class RecordEncoder:
         size = FIXED_SIZE + len(exchange_bytes) + len(routing_key_bytes) + len(message.properties) + len(message.body)
         return exchange_bytes, routing_key_bytes, size
 
-    def append(
+    def append_head(
         self,
         buffer: bytearray,
         timestamp: int,
@@ -148,36 +148,18 @@ class RecordEncoder:
         flags: int,
         checksum: bool = True,
     ) -> None:
-        """Encode one record at the end of `buffer`. Without `checksum` its crc field is 0:
-        for stores that are never recovered, where nothing would check it.
+        """Encode the head of one record, everything before its body, at the end of
+        `buffer`; the caller appends the body, to the same buffer or (a large body, kept as
+        it is) as a piece of its own. Without `checksum` the crc field is 0: for stores that
+        are never recovered, where nothing would check it.
 
         Raises ValueError, leaving `buffer` as it was, for a name longer than 255 bytes.
         """
         head = self._head_of(timestamp, exchange, routing_key, properties, len(body), flags)
         start = len(buffer)
         buffer += head
-        buffer += body
         if checksum:
             _CRC.pack_into(buffer, start + 4, zlib.crc32(body, self._crc_of_head()))
-
-    def head(
-        self,
-        timestamp: int,
-        exchange: bytes,
-        routing_key: bytes,
-        properties: bytes,
-        body: Body,
-        flags: int,
-        checksum: bool = True,
-    ) -> bytes:
-        """What `append` writes before the body: for a store that keeps a large body as it
-        is, next to its record's head, instead of copying it into a buffer."""
-        head = self._head_of(timestamp, exchange, routing_key, properties, len(body), flags)
-        if not checksum:
-            return head
-        with_crc = bytearray(head)
-        _CRC.pack_into(with_crc, 4, zlib.crc32(body, self._crc_of_head()))
-        return bytes(with_crc)
 
     def _head_of(
         self, timestamp: int, exchange: bytes, routing_key: bytes, properties: bytes, body_size: int, flags: int
@@ -201,20 +183,6 @@ class RecordEncoder:
         if self._head_crc < 0:
             self._head_crc = zlib.crc32(self._head[_CRC_START:])
         return self._head_crc
-
-
-def append_record(
-    buffer: bytearray,
-    timestamp: int,
-    exchange: bytes,
-    routing_key: bytes,
-    properties: bytes,
-    body: Body,
-    flags: int,
-    checksum: bool = True,
-) -> None:
-    """`RecordEncoder.append` for a single record."""
-    RecordEncoder().append(buffer, timestamp, exchange, routing_key, properties, body, flags, checksum)
 
 
 def _head(timestamp: int, exchange: bytes, routing_key: bytes, properties: bytes, body_size: int, flags: int) -> bytes:
@@ -258,8 +226,11 @@ def intact_flags(buffer: bytes, offset: int, size: int) -> int:
 def hole_records(sizes: list[int], timestamp: int) -> bytes:
     """Holes of the given sizes, each at least FIXED_SIZE bytes, back to back."""
     buffer = bytearray()
+    encoder = RecordEncoder()
     for size in sizes:
-        append_record(buffer, timestamp, b"", b"", b"", bytes(size - FIXED_SIZE), FLAG_HOLE)
+        body = bytes(size - FIXED_SIZE)
+        encoder.append_head(buffer, timestamp, b"", b"", b"", body, FLAG_HOLE)
+        buffer += body
     return bytes(buffer)
 
 

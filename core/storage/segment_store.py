@@ -231,14 +231,14 @@ class SegmentStore:
         flags = FLAG_PERSISTENT if persistent else 0
         checksum = self.durable  # a non-durable store is never recovered: its crcs would go unread
         segment = self._write
-        if len(body) < _BODY_APART:
-            self._records.append(
-                self._write_buffer, timestamp or now_ms(), exchange, routing_key, properties, body, flags, checksum
-            )
-        else:  # kept as it is, between its record's head and a new run for what follows
-            head = self._records.head(timestamp or now_ms(), exchange, routing_key, properties, body, flags, checksum)
+        large = len(body) >= _BODY_APART
+        head = bytearray() if large else self._write_buffer
+        self._records.append_head(head, timestamp or now_ms(), exchange, routing_key, properties, body, flags, checksum)
+        if large:  # kept as it is, between its record's head and a new run for what follows
             self._write_buffer = bytearray()
             segment.unwritten += (head, body, self._write_buffer)
+        else:
+            head += body
         segment.unwritten_size += size
         segment.live += 1
         if persistent and self.durable:

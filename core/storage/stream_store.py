@@ -182,7 +182,8 @@ class StreamStore(StreamType):
         timestamp = max(message.timestamp or now_ms(), self._last_timestamp)
         properties = message.properties
         flags = FLAG_PERSISTENT if is_persistent(properties) else 0
-        self._records.append(self._write_buffer, timestamp, exchange, routing_key, properties, message.body, flags)
+        self._records.append_head(self._write_buffer, timestamp, exchange, routing_key, properties, message.body, flags)
+        self._write_buffer += message.body
         self._last_timestamp = timestamp
         self._write.index.add(position, size, timestamp)
         self._write_end = position + size
