@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lavin.api import Message, errors
-from lavin.api.message import encode_properties
+from lavin.api.message import encode_properties, is_persistent
 from lavin.api.printable import printable
 from lavin.broker.queue import NEEDS_SYNC, STORED
 from lavin.storage.segment_store import SegmentStore
@@ -98,7 +98,7 @@ class DelayedMessages:
         heappush(self._due, (received + delay, message_id))
         self._mark_dirty()
         self._arm()
-        return NEEDS_SYNC if self.store.durable and message.persistent else STORED
+        return NEEDS_SYNC if self.store.durable and is_persistent(message.properties) else STORED
 
     def flush_store(self) -> list[int]:
         """Group commit: hand buffered writes to the OS, return fds to fsync."""

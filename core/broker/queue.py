@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from lavin.api import Message, QueueType
+from lavin.api.message import is_persistent
 from lavin.broker.arguments import QueueSettings
 from lavin.broker.consumer import Consumer
 from lavin.broker.dead_letter import dead_letter
@@ -311,7 +312,8 @@ class MessageQueue(Queue):
             return STORED
         message_id = store.push(message)
         self._mark_dirty(self)
-        status = NEEDS_SYNC if self.durable and message.persistent else STORED
+        # The flag word's reader: Message.persistent would decode every property of each message.
+        status = NEEDS_SYNC if self.durable and is_persistent(message.properties) else STORED
         due = self._due(message)
         if consumer is not None:
             store.skip(message_id)
