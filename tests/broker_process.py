@@ -6,6 +6,7 @@ interpreter imports: the source tree in an editable install, site-packages other
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -22,9 +23,19 @@ START_TIMEOUT = 15.0
 
 def free_port() -> int:
     """A loopback TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` different loopback TCP ports nobody listens on right now: held open together
+    while they are picked, since one released port may be handed out again at once."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 def hermetic_env() -> dict[str, str]:
@@ -59,10 +70,9 @@ class BrokerProcess:
         self.data_dir = Path(data_dir)
         self.extra_args = tuple(extra_args)
         self.env = dict(env) if env is not None else None
-        self.port = port if port is not None else free_port()
+        amqp_port, self.http_port, self.metrics_port = free_ports(3)
+        self.port = port if port is not None else amqp_port
         self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
-        self.http_port = free_port()
-        self.metrics_port = free_port()
         self.http_url = f"http://{self.host}:{self.http_port}"
         # Next to the data dir, so a restart keeps appending to one log.
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker-{self.port}.log"
