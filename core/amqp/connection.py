@@ -884,6 +884,10 @@ class Connection(asyncio.Protocol):
         return f"{self.name} - {client_name}" if client_name else self.name
 
     def _release_channels(self) -> None:
+        # The view of a body being received in place would keep that body alive for as
+        # long as this object lives.
+        self._sink_channel = None
+        self._sink = _NO_SINK
         for channel in list(self.channels.values()):
             channel.release()
             self.broker.stats.channel_closed(channel.vhost.name, channel.message_counts())
