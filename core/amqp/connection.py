@@ -43,11 +43,11 @@ CLOSE_TIMEOUT: Final = 3.0
 # A refused login is answered this many seconds late, so that guessing passwords is slow;
 # RabbitMQ waits 3 s before it drops a connection whose handshake failed.
 LOGIN_REFUSAL_DELAY: Final = 1.0
-# Output beyond this many bytes waiting for the socket pauses the connection: deliveries
-# stop and its own input is not read, so nothing it asks for can pile up in memory.
 # A body frame at least this large that a read ends in is received in place (`_fill_sink`).
 SINK_MIN: Final = 4096
 _NO_SINK: Final = memoryview(b"")
+# Output beyond this many bytes waiting for the socket pauses the connection: deliveries
+# stop and its own input is not read, so nothing it asks for can pile up in memory.
 WRITE_BUFFER_HIGH: Final = 4 * 1024 * 1024
 WRITE_BUFFER_LOW: Final = 1024 * 1024
 

@@ -104,16 +104,7 @@ def write_at(fd: int, data: bytes | bytearray, offset: int) -> None:
     offset again: should the cut fail too, that write covers the torn bytes, which are a
     prefix of it, and a torn record is never followed by a second copy.
     """
-    try:
-        written = os.pwrite(fd, data, offset)
-        if written < len(data):  # only on signals or a full disk
-            with memoryview(data) as view:
-                while written < len(data):
-                    written += os.pwrite(fd, view[written:], offset + written)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, offset)
-        raise
+    write_parts_at(fd, [data], offset)
 
 
 def write_parts_at(fd: int, parts: list[bytes | bytearray], offset: int) -> None:

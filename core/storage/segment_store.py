@@ -635,12 +635,7 @@ class SegmentStore:
 
     def _write_segment_out(self, segment: _Segment) -> None:
         if segment.unwritten_size:
-            parts = segment.unwritten
-            fd = self._segment_fd(segment)
-            if len(parts) == 1:
-                write_at(fd, parts[0], segment.size)
-            else:
-                write_parts_at(fd, parts, segment.size)
+            write_parts_at(self._segment_fd(segment), segment.unwritten, segment.size)
             segment.size += segment.unwritten_size
             self._forget_unwritten(segment)
 
