@@ -20,8 +20,8 @@ import pytest
 from access_helpers import in_process_broker, read_json
 from broker_process import BrokerProcess, free_port
 from lavin.api import Access, AccessRefused, TopicPermissions, User, VHostPermissions
-from lavin.broker import passwords
-from lavin.broker.access_control import AccessControlError, NotFoundError
+from lavin.broker.access import passwords
+from lavin.broker.access.access_control import AccessControlError, NotFoundError
 from lavin.config import StartupError
 
 LOGIN_REFUSED = pika.exceptions.ProbableAuthenticationError

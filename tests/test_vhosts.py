@@ -13,7 +13,7 @@ import pytest
 from access_helpers import in_process_broker, open_refusal, read_json
 from helpers import closes_channel, closes_connection, open_session, process_for, round_trip
 from lavin.api import VHostPermissions
-from lavin.broker.access_control import AccessControlError, NotFoundError
+from lavin.broker.access.access_control import AccessControlError, NotFoundError
 from lavin.config import StartupError
 
 NO_LEDGER = "NOT_FOUND - no queue 'ledger' in vhost 'doomed'"

@@ -11,10 +11,10 @@ from typing import Any, Protocol
 from lavin.api import errors
 from lavin.api.auth import AuthBackend, AuthContext, StoredUser, User
 from lavin.api.printable import printable
-from lavin.broker.access_control import AccessControl
+from lavin.broker.access.access_control import AccessControl
 from lavin.broker.alarms import ResourceAlarms
 from lavin.broker.direct_reply import ReplyRegistry
-from lavin.broker.global_parameters import GlobalParameters
+from lavin.broker.policy.global_parameters import GlobalParameters
 from lavin.broker.group_commit import GroupCommit, SyncWaiter
 from lavin.broker.stats import ConnectionSnapshot, MessageStats
 from lavin.broker.vhost import VHost

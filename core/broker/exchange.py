@@ -54,7 +54,7 @@ class Exchange:
         self.arguments = arguments
         self.bound_from: set[Exchange] = set()  # exchanges with a binding to this one
         self.deleted = False  # once removed from its vhost (a channel may still hold it)
-        # A policy's alternate-exchange (lavin.broker.policies); the argument wins over it.
+        # A policy's alternate-exchange (lavin.broker.policy.policies); the argument wins over it.
         self.policy_alternate_exchange: str | None = None
         # Message statistics (lavin.broker.stats): messages published to it, and copies it
         # routed to queues (RabbitMQ's publish_in and publish_out).

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from lavin.api import Message, QueueType
 from lavin.api.message import is_persistent
-from lavin.broker.arguments import QueueSettings
+from lavin.broker.policy.arguments import QueueSettings
 from lavin.broker.consumer import Consumer
 from lavin.broker.dead_letter import dead_letter
 from lavin.broker.delivery_counts import DeliveryCounts

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from lavin.api import Message, StreamType, errors
 from lavin.api.printable import printable
-from lavin.broker.arguments import QueueSettings, check_durable_declaration
+from lavin.broker.policy.arguments import QueueSettings, check_durable_declaration
 from lavin.broker.consumer import Consumer
 from lavin.broker.queue import DRAIN_BATCH, NEEDS_SYNC, Queue, QueueDeclaration
 from lavin.broker.stream_consumer import (

@@ -14,7 +14,7 @@ from lavin.api.arguments import InvalidArgument
 from lavin.api.message import Message
 from lavin.api.printable import printable
 from lavin.api.queue import QueueType, StreamType
-from lavin.broker.arguments import (
+from lavin.broker.policy.arguments import (
     QueueSettings,
     check_durable_declaration,
     check_exchange_equivalence,
@@ -25,7 +25,7 @@ from lavin.broker.arguments import (
 from lavin.broker.default_exchange import DefaultExchangeTable
 from lavin.broker.exchange import Exchange, Target
 from lavin.broker.flow import PublisherFlow
-from lavin.broker.policies import VHostPolicies
+from lavin.broker.policy.policies import VHostPolicies
 from lavin.broker.queue import BEHIND, STORED, MessageQueue, Queue, QueueDeclaration
 from lavin.broker.recovery_log import RecoveryLog
 from lavin.broker.stream_info import stream_info_reply

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from aiohttp import web
 from lavin.api import errors
-from lavin.broker.access_control import AccessControl, NotFoundError
+from lavin.broker.access.access_control import AccessControl, NotFoundError
 from lavin.management import shapes
 from lavin.management.definitions import DefinitionsError, export_definitions, import_definitions
 from lavin.management.http import (

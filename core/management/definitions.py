@@ -22,9 +22,9 @@ from lavin import __version__
 from lavin.api import errors
 from lavin.api.exchange import Destination
 from lavin.api.printable import printable
-from lavin.broker.access_control import AccessControlError
-from lavin.broker.policies import PARAMETER_COMPONENTS, check_parameter
-from lavin.broker.policy_rules import PolicyError, parse_policy
+from lavin.broker.access.access_control import AccessControlError
+from lavin.broker.policy.policies import PARAMETER_COMPONENTS, check_parameter
+from lavin.broker.policy.policy_rules import PolicyError, parse_policy
 from lavin.broker.vhost import VHost
 from lavin.config import StartupError
 from lavin.management import shapes

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from aiohttp import web
 from lavin.api.printable import printable
-from lavin.broker.access_control import AccessControl, AccessControlError, NotFoundError
+from lavin.broker.access.access_control import AccessControl, AccessControlError, NotFoundError
 from lavin.broker.broker import Broker
 from lavin.management import shapes
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from lavin.broker.access_control import NotFoundError
+from lavin.broker.access.access_control import NotFoundError
 from lavin.broker.broker import Broker
-from lavin.broker.policy_rules import PolicyError
+from lavin.broker.policy.policy_rules import PolicyError
 from lavin.broker.vhost import VHost
 from lavin.management import shapes
 from lavin.management.definitions import (

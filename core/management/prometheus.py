@@ -25,7 +25,7 @@ from typing import Final
 
 import lavin
 from lavin.broker.alarms import DISK, MEMORY, resident_memory
-from lavin.broker.arguments import queue_type_name
+from lavin.broker.policy.arguments import queue_type_name
 from lavin.broker.queue import MessageQueue, Queue
 from lavin.broker.stream_queue import StreamQueue
 from lavin.management.metrics_sources import Snapshot

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from lavin.api.auth import StoredUser, TopicPermissions, VHostPermissions
-from lavin.broker.access_control import AccessControl
-from lavin.broker.passwords import DEFAULT_ALGORITHM
+from lavin.broker.access.access_control import AccessControl
+from lavin.broker.access.passwords import DEFAULT_ALGORITHM
 
 
 class BadRequest(ValueError):

@@ -10,7 +10,7 @@ global_parameters.json  [{"name": "cluster_name", "value": "lavin@host"}]
 ```
 
 Each file is rewritten whole on every change, atomically (lavin.storage.access_files). This
-module reads the JSON; what the entries mean is checked by lavin.broker.policies.
+module reads the JSON; what the entries mean is checked by lavin.broker.policy.policies.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from lavin.api.arguments import parse_duration
-from lavin.broker.arguments import OVERFLOW_MODES, QueueSettings, parse_queue_settings
+from lavin.broker.policy.arguments import OVERFLOW_MODES, QueueSettings, parse_queue_settings
 
 APPLY_TO: Final = ("all", "queues", "classic_queues", "quorum_queues", "streams", "exchanges")
 # The apply-to value that names a queue type; other types match `all` and `queues` only.

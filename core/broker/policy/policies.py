@@ -1,6 +1,6 @@
 """A vhost's policies, operator policies and runtime parameters: stored in its
 `policies.json`, applied to its queues and exchanges when they are declared and again,
-live, whenever a policy changes. The rules are in lavin.broker.policy_rules.
+live, whenever a policy changes. The rules are in lavin.broker.policy.policy_rules.
 
 Applying costs nothing per message: a queue's `settings` are replaced whole, and the
 queue re-arms its timers and limits once (`Queue.apply_settings`).
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Final
 from lavin.api.arguments import parse_duration
 from lavin.api.printable import printable
 from lavin.api.queue import Retention
-from lavin.broker.arguments import queue_type_name
-from lavin.broker.policy_rules import Policy, PolicyError, effective_definition, highest, parse_policy, queue_settings
+from lavin.broker.policy.arguments import queue_type_name
+from lavin.broker.policy.policy_rules import Policy, PolicyError, effective_definition, highest, parse_policy, queue_settings
 from lavin.broker.queue import MessageQueue, Queue
 from lavin.broker.stream_queue import StreamQueue
 from lavin.storage.policy_files import POLICIES_FILE, PolicyFileError, read_json_file, write_json_file

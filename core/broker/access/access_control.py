@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 
 from lavin.api.auth import StoredUser, TopicPermissions, VHostPermissions
 from lavin.api.printable import printable
-from lavin.broker import passwords
+from lavin.broker.access import passwords
 from lavin.broker.vhost import VHost
 from lavin.storage import queue_directories
 from lavin.storage.access_files import (

@@ -1,0 +1,7 @@
+"""What shapes a queue or exchange besides its name: declare-time arguments (their
+validation, equivalence and RabbitMQ's texts), policies and operator policies (matching,
+precedence, what a policy may set), runtime parameters and global parameters.
+
+Not here: the queue that applies the effective settings (`lavin.broker.queues`), the files
+policies are kept in (`lavin.storage.policy_files`), their HTTP endpoints (`lavin.management`).
+"""
