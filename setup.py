@@ -30,7 +30,7 @@ HOT_MODULES = (
     "broker/exchange.py",
     "broker/expiry.py",
     "broker/flow.py",
-    "broker/group_commit.py",
+    "broker/runtime/group_commit.py",
     "broker/queue.py",
     "broker/vhost.py",
     "storage/decoded_window.py",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lavin.broker.allocator import tune_allocator
+from lavin.broker.runtime.allocator import tune_allocator
 from lavin.broker.broker import Broker
 from lavin.config import Config, StartupError
 from lavin.listeners import AmqpListeners

@@ -1,4 +1,4 @@
-"""`lavin serve` tunes glibc's malloc (lavin.broker.allocator) so that one large body
+"""`lavin serve` tunes glibc's malloc (lavin.broker.runtime.allocator) so that one large body
 after another reuses memory instead of faulting in fresh pages. Measured in a fresh
 process each: the minor page faults of a broker-like pattern of allocations (socket reads
 of 256 KiB, 1 MiB bodies that live for a few steps), per step."""
@@ -20,7 +20,7 @@ import sys
 from collections import deque
 
 if sys.argv[1] == "tuned":
-    from lavin.broker.allocator import tune_allocator
+    from lavin.broker.runtime.allocator import tune_allocator
 
     tune_allocator()
 rng = random.Random(1)
@@ -62,7 +62,7 @@ def test_large_bodies_reuse_memory_once_the_allocator_is_tuned() -> None:
 
 
 BURST = """
-from lavin.broker.allocator import release_free_memory, tune_allocator
+from lavin.broker.runtime.allocator import release_free_memory, tune_allocator
 
 
 def resident() -> int:

@@ -15,7 +15,7 @@ import pytest
 from broker_process import BrokerProcess
 from control_helpers import ctl_ok
 from helpers import unique_name, wait_until
-from lavin.broker import recovery_log
+from lavin.broker.runtime import recovery_log
 from lavin.testing import running_broker
 from lavin.wire_client import connect
 from pamqp import commands
@@ -152,7 +152,7 @@ def test_each_vhost_logs_what_it_recovered(fresh_broker: BrokerProcess) -> None:
 
     log = fresh_broker.output[log_before:]
     assert re.search(
-        r"INFO lavin.broker.recovery_log: vhost '/': recovered 2 queues with 5 messages in \d+\.\d{3} s", log
+        r"INFO lavin.broker.runtime.recovery_log: vhost '/': recovered 2 queues with 5 messages in \d+\.\d{3} s", log
     )
     assert re.search(r"vhost 'second': recovered 1 queues with 1 messages in \d+\.\d{3} s", log), log
 

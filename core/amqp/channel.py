@@ -30,7 +30,7 @@ from lavin.broker.direct_reply import rewrite_reply_to
 from lavin.broker.exchange import Exchange
 from lavin.broker.expiry import message_expiration
 from lavin.broker.queue import NEEDS_SYNC, MessageQueue, Queue
-from lavin.broker.stats import ChannelSnapshot, ConsumerSnapshot
+from lavin.broker.runtime.stats import ChannelSnapshot, ConsumerSnapshot
 from lavin.broker.vhost import UNROUTED
 from pamqp import commands
 
@@ -99,7 +99,7 @@ class Channel:
         # (highest delivery tag, loop time) noted at each check; made on first use, as most
         # channels never arm the timer and an empty deque costs hundreds of bytes
         self._tag_notes: deque[tuple[int, float]] | None = None
-        # Message statistics (lavin.broker.stats): only ever incremented.
+        # Message statistics (lavin.broker.runtime.stats): only ever incremented.
         self.published = 0
         self.returned_unroutable = 0
         self.delivered = 0

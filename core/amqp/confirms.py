@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from lavin.amqp import codec
-from lavin.broker.group_commit import PublishesSynced
+from lavin.broker.runtime.group_commit import PublishesSynced
 from lavin.broker.queue import NEEDS_SYNC, REJECTED
 
 if TYPE_CHECKING:

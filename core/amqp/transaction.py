@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from lavin.amqp import codec
 from lavin.api import errors
 from lavin.api.message import Message
-from lavin.broker.group_commit import PublishesSynced
+from lavin.broker.runtime.group_commit import PublishesSynced
 from pamqp import commands
 
 if TYPE_CHECKING:

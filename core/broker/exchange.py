@@ -56,7 +56,7 @@ class Exchange:
         self.deleted = False  # once removed from its vhost (a channel may still hold it)
         # A policy's alternate-exchange (lavin.broker.policy.policies); the argument wins over it.
         self.policy_alternate_exchange: str | None = None
-        # Message statistics (lavin.broker.stats): messages published to it, and copies it
+        # Message statistics (lavin.broker.runtime.stats): messages published to it, and copies it
         # routed to queues (RabbitMQ's publish_in and publish_out).
         self.published_in = 0
         self.published_out = 0

@@ -94,7 +94,7 @@ class Queue:
         self._held_publishers: set[PublisherFlow] = set()
         self._deliveries = 0  # drained deliveries, so flow control can tell progress from a stall
         self.unacked = 0  # deliveries that channels hold with an ack to come, basic.get's too
-        # Message statistics (lavin.broker.stats): only ever incremented.
+        # Message statistics (lavin.broker.runtime.stats): only ever incremented.
         self.published = 0
         self.delivered = 0
         self.delivered_no_ack = 0

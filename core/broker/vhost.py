@@ -27,7 +27,7 @@ from lavin.broker.exchange import Exchange, Target
 from lavin.broker.flow import PublisherFlow
 from lavin.broker.policy.policies import VHostPolicies
 from lavin.broker.queue import BEHIND, STORED, MessageQueue, Queue, QueueDeclaration
-from lavin.broker.recovery_log import RecoveryLog
+from lavin.broker.runtime.recovery_log import RecoveryLog
 from lavin.broker.stream_info import stream_info_reply
 from lavin.broker.stream_queue import StreamQueue, check_stream_declaration
 from lavin.storage import queue_directories

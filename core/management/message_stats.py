@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from lavin.broker.exchange import Exchange
 from lavin.broker.queue import Queue
-from lavin.broker.stats import Counts, MessageStats, vhost_key
+from lavin.broker.runtime.stats import Counts, MessageStats, vhost_key
 
 DELIVER_GET_PARTS: Final = ("deliver", "deliver_no_ack", "get", "get_no_ack")
 

@@ -1,5 +1,5 @@
 """What the Prometheus families read, taken from the broker when a scrape asks: queues,
-exchanges, the snapshots of connections and channels (`lavin.broker.stats`), the
+exchanges, the snapshots of connections and channels (`lavin.broker.runtime.stats`), the
 connections opened and closed since start-up, and the process itself.
 """
 
@@ -18,7 +18,7 @@ from lavin.api.hooks import ConnectionInfo
 from lavin.broker.broker import Broker
 from lavin.broker.exchange import Exchange
 from lavin.broker.queue import Queue
-from lavin.broker.stats import ChannelSnapshot, ConnectionSnapshot
+from lavin.broker.runtime.stats import ChannelSnapshot, ConnectionSnapshot
 from lavin.broker.vhost import VHost
 
 CHURN_PLUGIN: Final = "lavin.management.connection-churn"

@@ -16,7 +16,7 @@ from lavin.api.exchange import Binding
 from lavin.api.message import Message
 from lavin.broker.exchange import Exchange
 from lavin.broker.expiry import message_expiration
-from lavin.broker.group_commit import PublishesSynced
+from lavin.broker.runtime.group_commit import PublishesSynced
 from lavin.broker.queue import NEEDS_SYNC, REJECTED, MessageQueue, Queue
 from lavin.broker.stream_consumer import start_offset, with_offset_header
 from lavin.broker.stream_queue import StreamQueue

@@ -1,6 +1,6 @@
 """Prometheus metrics under the names of RabbitMQ's prometheus plugin, read from the
 broker when a scrape asks for them: nothing is counted per message for them beyond the
-statistics counters the management API reads too (`lavin.broker.stats`).
+statistics counters the management API reads too (`lavin.broker.runtime.stats`).
 
 Three views, as RabbitMQ's endpoints:
 - aggregated (`/metrics`): each family summed over its objects, without labels, plus the
@@ -24,7 +24,7 @@ from importlib.metadata import version
 from typing import Final
 
 import lavin
-from lavin.broker.alarms import DISK, MEMORY, resident_memory
+from lavin.broker.runtime.alarms import DISK, MEMORY, resident_memory
 from lavin.broker.policy.arguments import queue_type_name
 from lavin.broker.queue import MessageQueue, Queue
 from lavin.broker.stream_queue import StreamQueue
@@ -358,7 +358,7 @@ RABBITMQ_QUEUE_TYPES: Final = {
     "stream": "rabbit_stream_queue",
 }
 # RabbitMQ's global counters (<prefix>_global_*, per protocol) out of the broker's
-# message statistics: the keys of lavin.broker.stats' counts each one adds up.
+# message statistics: the keys of lavin.broker.runtime.stats' counts each one adds up.
 GLOBAL_COUNTERS: Final = (
     ("messages_received_total", "Total number of messages received from publishers", ("publish",)),
     ("messages_confirmed_total", "Total number of messages confirmed to publishers", ("confirm",)),

@@ -14,10 +14,10 @@ from typing import Any, Final
 from aiohttp import web
 from lavin.api import errors
 from lavin.api.message import Message
-from lavin.broker.alarms import DISK, MEMORY
+from lavin.broker.runtime.alarms import DISK, MEMORY
 from lavin.broker.broker import Broker
 from lavin.broker.queue import MessageQueue
-from lavin.broker.stats import ChannelSnapshot, ConnectionSnapshot
+from lavin.broker.runtime.stats import ChannelSnapshot, ConnectionSnapshot
 from lavin.management import runtime_shapes as shapes
 from lavin.management.http import BROKER, ObjectNotFound, access_of, done, error_response, reply
 from lavin.management.listing import list_reply

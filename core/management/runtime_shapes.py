@@ -1,5 +1,5 @@
 """RabbitMQ's JSON for what runs now: connections, channels, consumers, the node and the
-overview, out of the broker's snapshots (`lavin.broker.stats`)."""
+overview, out of the broker's snapshots (`lavin.broker.runtime.stats`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from typing import Any, Final, TypeVar
 
 import lavin
-from lavin.broker.alarms import DISK, MEMORY, resident_memory
+from lavin.broker.runtime.alarms import DISK, MEMORY, resident_memory
 from lavin.broker.broker import Broker
-from lavin.broker.stats import (
+from lavin.broker.runtime.stats import (
     OVERALL,
     QUEUE_TOTALS,
     ChannelSnapshot,

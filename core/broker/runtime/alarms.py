@@ -21,7 +21,7 @@ import shutil
 import socket
 from typing import Final, Protocol
 
-from lavin.broker.allocator import release_free_memory
+from lavin.broker.runtime.allocator import release_free_memory
 from lavin.config import Config, MiB
 
 log = logging.getLogger(__name__)
