@@ -27,7 +27,7 @@ HOT_MODULES = (
     "api/message.py",
     "broker/consumer.py",
     "broker/delivery_counts.py",
-    "broker/exchange.py",
+    "broker/routing/exchange.py",
     "broker/expiry.py",
     "broker/flow.py",
     "broker/runtime/group_commit.py",

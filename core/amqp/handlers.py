@@ -16,7 +16,7 @@ from lavin.amqp.consumer import ChannelConsumer
 from lavin.amqp.transaction import Transaction
 from lavin.api import errors
 from lavin.broker.policy.arguments import parse_consumer_priority
-from lavin.broker.direct_reply import ADDRESS_PREFIX, PSEUDO_QUEUE
+from lavin.broker.routing.direct_reply import ADDRESS_PREFIX, PSEUDO_QUEUE
 from lavin.broker.queue import MessageQueue, Queue
 from lavin.broker.stream_queue import StreamQueue
 from lavin.broker.vhost import check_not_default_exchange, check_queue_name, new_queue_name

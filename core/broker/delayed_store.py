@@ -28,7 +28,7 @@ from lavin.storage.segment_store import SegmentStore
 if TYPE_CHECKING:
     import asyncio
 
-    from lavin.broker.exchange import Exchange
+    from lavin.broker.routing.exchange import Exchange
 
 log = logging.getLogger(__name__)
 

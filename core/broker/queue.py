@@ -15,7 +15,7 @@ from lavin.api import Message, QueueType
 from lavin.api.message import is_persistent
 from lavin.broker.policy.arguments import QueueSettings
 from lavin.broker.consumer import Consumer
-from lavin.broker.dead_letter import dead_letter
+from lavin.broker.routing.dead_letter import dead_letter
 from lavin.broker.delivery_counts import DeliveryCounts
 from lavin.broker.expiry import EXPIRATION_FLAG, ExpiryIndex, expires_at
 from lavin.broker.flow import PublisherFlow
@@ -24,7 +24,7 @@ from mypy_extensions import mypyc_attr
 if TYPE_CHECKING:
     import asyncio
 
-    from lavin.broker.exchange import Exchange
+    from lavin.broker.routing.exchange import Exchange
     from lavin.broker.vhost import VHost
 
 # Deliveries per drain call before yielding to the loop, so one busy queue cannot starve

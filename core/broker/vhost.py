@@ -22,8 +22,8 @@ from lavin.broker.policy.arguments import (
     parse_queue_settings,
     queue_type_name,
 )
-from lavin.broker.default_exchange import DefaultExchangeTable
-from lavin.broker.exchange import Exchange, Target
+from lavin.broker.routing.default_exchange import DefaultExchangeTable
+from lavin.broker.routing.exchange import Exchange, Target
 from lavin.broker.flow import PublisherFlow
 from lavin.broker.policy.policies import VHostPolicies
 from lavin.broker.queue import BEHIND, STORED, MessageQueue, Queue, QueueDeclaration

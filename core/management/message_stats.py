@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from lavin.broker.exchange import Exchange
+from lavin.broker.routing.exchange import Exchange
 from lavin.broker.queue import Queue
 from lavin.broker.runtime.stats import Counts, MessageStats, vhost_key
 

@@ -16,7 +16,7 @@ from typing import Final, Protocol, runtime_checkable
 from lavin.api import hookimpl
 from lavin.api.hooks import ConnectionInfo
 from lavin.broker.broker import Broker
-from lavin.broker.exchange import Exchange
+from lavin.broker.routing.exchange import Exchange
 from lavin.broker.queue import Queue
 from lavin.broker.runtime.stats import ChannelSnapshot, ConnectionSnapshot
 from lavin.broker.vhost import VHost

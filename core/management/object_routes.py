@@ -14,7 +14,7 @@ from aiohttp import web
 from lavin.api import errors
 from lavin.api.exchange import Binding
 from lavin.api.message import Message
-from lavin.broker.exchange import Exchange
+from lavin.broker.routing.exchange import Exchange
 from lavin.broker.expiry import message_expiration
 from lavin.broker.runtime.group_commit import PublishesSynced
 from lavin.broker.queue import NEEDS_SYNC, REJECTED, MessageQueue, Queue

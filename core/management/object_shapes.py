@@ -22,7 +22,7 @@ from lavin.api.exchange import Binding
 from lavin.api.field_table import encode_table
 from lavin.api.message import PROPERTY_FIELDS, Body, Message, encode_properties
 from lavin.broker.policy.arguments import queue_type_name
-from lavin.broker.exchange import Exchange
+from lavin.broker.routing.exchange import Exchange
 from lavin.broker.policy.policies import exchange_policy_fields, policy_fields
 from lavin.broker.queue import MessageQueue, Queue
 from lavin.broker.stream_queue import StreamQueue

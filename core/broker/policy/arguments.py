@@ -13,7 +13,7 @@ from lavin.api import errors
 from lavin.api.arguments import field_type
 
 if TYPE_CHECKING:
-    from lavin.broker.exchange import Exchange
+    from lavin.broker.routing.exchange import Exchange
     from lavin.broker.queue import Queue
 
 COMPARED_QUEUE_ARGUMENTS = (

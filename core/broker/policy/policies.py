@@ -23,7 +23,7 @@ from lavin.broker.stream_queue import StreamQueue
 from lavin.storage.policy_files import POLICIES_FILE, PolicyFileError, read_json_file, write_json_file
 
 if TYPE_CHECKING:
-    from lavin.broker.exchange import Exchange
+    from lavin.broker.routing.exchange import Exchange
     from lavin.broker.vhost import VHost
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from lavin.api import ExchangeType, Message
 from lavin.broker.deduplication import MessageCache
 from lavin.broker.delayed_store import DelayedMessages
 from lavin.broker.queue import Queue
-from lavin.broker.sender_selected import routing_keys_of, strip_bcc
+from lavin.broker.routing.sender_selected import routing_keys_of, strip_bcc
 
 if TYPE_CHECKING:
     from lavin.broker.vhost import VHost

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from lavin.api import Message
 from lavin.api.message import encode_properties
 from lavin.api.printable import printable
-from lavin.broker.sender_selected import routing_keys_of
+from lavin.broker.routing.sender_selected import routing_keys_of
 
 if TYPE_CHECKING:
-    from lavin.broker.exchange import Reached
+    from lavin.broker.routing.exchange import Reached
     from lavin.broker.queue import Queue
 
 log = logging.getLogger(__name__)
