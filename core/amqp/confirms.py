@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from lavin.amqp import codec
 from lavin.broker.runtime.group_commit import PublishesSynced
-from lavin.broker.queue import NEEDS_SYNC, REJECTED
+from lavin.broker.queues.queue import NEEDS_SYNC, REJECTED
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Channel

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from lavin.amqp import codec
 from lavin.api.message import Message
-from lavin.broker.consumer import Consumer, Settles
-from lavin.broker.queue import Queue
+from lavin.broker.queues.consumer import Consumer, Settles
+from lavin.broker.queues.queue import Queue
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Channel

@@ -17,7 +17,7 @@ from lavin.api import hookimpl
 from lavin.api.hooks import ConnectionInfo
 from lavin.broker.broker import Broker
 from lavin.broker.routing.exchange import Exchange
-from lavin.broker.queue import Queue
+from lavin.broker.queues.queue import Queue
 from lavin.broker.runtime.stats import ChannelSnapshot, ConnectionSnapshot
 from lavin.broker.vhost import VHost
 

@@ -15,11 +15,11 @@ from lavin.api import errors
 from lavin.api.exchange import Binding
 from lavin.api.message import Message
 from lavin.broker.routing.exchange import Exchange
-from lavin.broker.expiry import message_expiration
+from lavin.broker.queues.expiry import message_expiration
 from lavin.broker.runtime.group_commit import PublishesSynced
-from lavin.broker.queue import NEEDS_SYNC, REJECTED, MessageQueue, Queue
-from lavin.broker.stream_consumer import start_offset, with_offset_header
-from lavin.broker.stream_queue import StreamQueue
+from lavin.broker.queues.queue import NEEDS_SYNC, REJECTED, MessageQueue, Queue
+from lavin.broker.queues.stream_consumer import start_offset, with_offset_header
+from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.broker.vhost import UNROUTED, VHost, check_not_default_exchange, check_queue_name
 from lavin.management import object_shapes as shapes
 from lavin.management.http import BROKER, ObjectNotFound, done, error_response, json_body, reply

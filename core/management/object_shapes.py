@@ -24,8 +24,8 @@ from lavin.api.message import PROPERTY_FIELDS, Body, Message, encode_properties
 from lavin.broker.policy.arguments import queue_type_name
 from lavin.broker.routing.exchange import Exchange
 from lavin.broker.policy.policies import exchange_policy_fields, policy_fields
-from lavin.broker.queue import MessageQueue, Queue
-from lavin.broker.stream_queue import StreamQueue
+from lavin.broker.queues.queue import MessageQueue, Queue
+from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.management.message_stats import object_message_stats
 from lavin.management.shapes import BadRequest, required
 

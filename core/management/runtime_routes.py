@@ -16,7 +16,7 @@ from lavin.api import errors
 from lavin.api.message import Message
 from lavin.broker.runtime.alarms import DISK, MEMORY
 from lavin.broker.broker import Broker
-from lavin.broker.queue import MessageQueue
+from lavin.broker.queues.queue import MessageQueue
 from lavin.broker.runtime.stats import ChannelSnapshot, ConnectionSnapshot
 from lavin.management import runtime_shapes as shapes
 from lavin.management.http import BROKER, ObjectNotFound, access_of, done, error_response, reply

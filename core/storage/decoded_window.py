@@ -13,7 +13,7 @@ from typing import Final
 
 from lavin.api.message import Message
 
-# Sized to cover the backlog that publisher flow control allows (lavin.broker.queue.FLOW_HIGH
+# Sized to cover the backlog that publisher flow control allows (lavin.broker.queues.queue.FLOW_HIGH
 # messages, or FLOW_HIGH_BYTES of bodies plus the message that went past it: two messages of
 # 16 MiB).
 WINDOW_MESSAGES: Final = 16384

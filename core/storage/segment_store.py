@@ -64,7 +64,7 @@ _BODY_APART: Final = 16 << 10  # bodies of this size and more are not copied int
 # page cache (writing into new pages, and deleting them again, was a quarter of the CPU time
 # of 1 MiB messages). A store writes all of its records once every such store of the process
 # together holds RESIDENT_BYTES, or once its own backlog of ready messages grows past what
-# publisher flow control lets through to a queue with consumers (lavin.broker.queue): a
+# publisher flow control lets through to a queue with consumers (lavin.broker.queues.queue): a
 # backlog is read much later, if at all, and would only pin memory.
 RESIDENT_BYTES: Final = 64 << 20
 RESIDENT_READY_MESSAGES: Final = 8192

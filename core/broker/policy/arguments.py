@@ -14,7 +14,7 @@ from lavin.api.arguments import field_type
 
 if TYPE_CHECKING:
     from lavin.broker.routing.exchange import Exchange
-    from lavin.broker.queue import Queue
+    from lavin.broker.queues.queue import Queue
 
 COMPARED_QUEUE_ARGUMENTS = (
     "x-queue-type",

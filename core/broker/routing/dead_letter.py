@@ -20,7 +20,7 @@ from lavin.broker.routing.sender_selected import routing_keys_of
 
 if TYPE_CHECKING:
     from lavin.broker.routing.exchange import Reached
-    from lavin.broker.queue import Queue
+    from lavin.broker.queues.queue import Queue
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from lavin.api import Arguments, Binding, Destination, ExchangeType, Message
 from lavin.api.errors import AccessRefused
 
 if TYPE_CHECKING:
-    from lavin.broker.queue import Queue
+    from lavin.broker.queues.queue import Queue
 
 
 class DefaultExchangeTable(ExchangeType):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 from lavin.api.printable import printable
 
 if TYPE_CHECKING:
-    from lavin.broker.queue import Queue
+    from lavin.broker.queues.queue import Queue
 
 log = logging.getLogger(__name__)
 

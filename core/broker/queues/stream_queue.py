@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from lavin.api import Message, StreamType, errors
 from lavin.api.printable import printable
 from lavin.broker.policy.arguments import QueueSettings, check_durable_declaration
-from lavin.broker.consumer import Consumer
-from lavin.broker.queue import DRAIN_BATCH, NEEDS_SYNC, Queue, QueueDeclaration
-from lavin.broker.stream_consumer import (
+from lavin.broker.queues.consumer import Consumer
+from lavin.broker.queues.queue import DRAIN_BATCH, NEEDS_SYNC, Queue, QueueDeclaration
+from lavin.broker.queues.stream_consumer import (
     OFFSET_ARGUMENT,
     StreamReader,
     parse_filter,

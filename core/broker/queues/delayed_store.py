@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from lavin.api import Message, errors
 from lavin.api.message import encode_properties, is_persistent
 from lavin.api.printable import printable
-from lavin.broker.queue import NEEDS_SYNC, STORED
+from lavin.broker.queues.queue import NEEDS_SYNC, STORED
 from lavin.storage.segment_store import SegmentStore
 
 if TYPE_CHECKING:

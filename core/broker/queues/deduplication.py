@@ -16,7 +16,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 from lavin.api import Message, errors
-from lavin.broker.queue import STORED
+from lavin.broker.queues.queue import STORED
 
 ENABLED_ARGUMENT = "x-message-deduplication"
 SIZE_ARGUMENT = "x-cache-size"

@@ -27,8 +27,8 @@ from lavin.api.message import HEADERS_FLAG, headers_offset
 from lavin.storage.record import now_ms
 
 if TYPE_CHECKING:
-    from lavin.broker.consumer import Consumer
-    from lavin.broker.stream_queue import StreamQueue
+    from lavin.broker.queues.consumer import Consumer
+    from lavin.broker.queues.stream_queue import StreamQueue
 
 OFFSET_ARGUMENT = "x-stream-offset"
 TRACKING_ARGUMENT = "x-stream-automatic-offset-tracking"

@@ -13,8 +13,8 @@ import struct
 from typing import TYPE_CHECKING
 
 from lavin.api import Message
-from lavin.broker.stream_consumer import long_field
-from lavin.broker.stream_queue import StreamQueue
+from lavin.broker.queues.stream_consumer import long_field
+from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.storage.record import now_ms
 
 if TYPE_CHECKING:

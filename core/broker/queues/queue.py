@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, Final
 from lavin.api import Message, QueueType
 from lavin.api.message import is_persistent
 from lavin.broker.policy.arguments import QueueSettings
-from lavin.broker.consumer import Consumer
+from lavin.broker.queues.consumer import Consumer
 from lavin.broker.routing.dead_letter import dead_letter
-from lavin.broker.delivery_counts import DeliveryCounts
-from lavin.broker.expiry import EXPIRATION_FLAG, ExpiryIndex, expires_at
-from lavin.broker.flow import PublisherFlow
+from lavin.broker.queues.delivery_counts import DeliveryCounts
+from lavin.broker.queues.expiry import EXPIRATION_FLAG, ExpiryIndex, expires_at
+from lavin.broker.queues.flow import PublisherFlow
 from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
