@@ -27,7 +27,7 @@ from lavin.broker.policy.policies import PARAMETER_COMPONENTS, check_parameter
 from lavin.broker.policy.policy_rules import PolicyError, parse_policy
 from lavin.broker.vhost import VHost
 from lavin.config import StartupError
-from lavin.management import shapes
+from lavin.management.shapes import access as shapes
 
 if TYPE_CHECKING:
     from lavin.broker.broker import Broker

@@ -12,8 +12,8 @@ from lavin.config import DISABLED_PORT, Config
 from lavin.management.app import build_app
 from lavin.management.control_socket import ControlSocket
 from lavin.management.listener import HttpListener
-from lavin.management.metrics_routes import build_metrics_app
-from lavin.management.metrics_sources import ConnectionChurn
+from lavin.management.prometheus.routes import build_metrics_app
+from lavin.management.prometheus.sources import ConnectionChurn
 from lavin.transport.tls import TlsCertificates
 
 

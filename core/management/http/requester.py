@@ -24,7 +24,7 @@ from aiohttp import web
 from lavin.api import errors
 from lavin.api.auth import Access, User
 from lavin.api.printable import printable
-from lavin.management.http import BROKER, Handler, reply
+from lavin.management.http.replies import BROKER, Handler, reply
 from lavin.transport.unix import UNIX_CLIENT
 
 log = logging.getLogger(__name__)

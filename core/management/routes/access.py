@@ -9,9 +9,9 @@ from typing import Any, Final
 from aiohttp import web
 from lavin.api import errors
 from lavin.broker.access.access_control import AccessControl, NotFoundError
-from lavin.management import shapes
+from lavin.management.shapes import access as shapes
 from lavin.management.definitions import DefinitionsError, export_definitions, import_definitions
-from lavin.management.http import (
+from lavin.management.http.replies import (
     BROKER,
     ObjectNotFound,
     access_of,
@@ -21,9 +21,9 @@ from lavin.management.http import (
     known_vhost,
     reply,
 )
-from lavin.management.listing import list_reply
-from lavin.management.message_stats import vhost_message_stats
-from lavin.management.requester import requester
+from lavin.management.http.listing import list_reply
+from lavin.management.shapes.message_stats import vhost_message_stats
+from lavin.management.http.requester import requester
 
 # The peer a login check is made as: `lavin ctl` runs on this machine.
 LOCAL_PEER: Final = "127.0.0.1"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Final
 
 from aiohttp import web
-from lavin.management.http import done, error_response
-from lavin.management.requester import requester
+from lavin.management.http.replies import done, error_response
+from lavin.management.http.requester import requester
 from lavin.transport.tls import TlsCertificates, TlsSetupError
 
 TLS_CERTIFICATES: Final = web.AppKey("tls_certificates", TlsCertificates)

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Final
 
 from aiohttp import web
-from lavin.management.http import ObjectNotFound
+from lavin.management.http.replies import ObjectNotFound
 
-UI_DIR: Final = Path(__file__).with_name("ui")
+UI_DIR: Final = Path(__file__).parent.parent / "ui"  # the UI's files sit in the management package
 # Only the files shipped are served: a path is looked up, never joined onto the folder.
 UI_FILES: Final = {path.relative_to(UI_DIR).as_posix(): path for path in UI_DIR.rglob("*") if path.is_file()}
 # The page builds every element from the API's data as text, never as markup; the policy

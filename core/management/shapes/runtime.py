@@ -21,7 +21,7 @@ from lavin.broker.runtime.stats import (
     ConsumerSnapshot,
     vhost_key,
 )
-from lavin.management.message_stats import message_stats_json, sampled_message_stats, with_rates
+from lavin.management.shapes.message_stats import message_stats_json, sampled_message_stats, with_rates
 from lavin.transport.certificates import TlsDetails
 
 # A count or a rate, for sums of either.

@@ -26,8 +26,8 @@ from lavin.broker.routing.exchange import Exchange
 from lavin.broker.policy.policies import exchange_policy_fields, policy_fields
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
-from lavin.management.message_stats import object_message_stats
-from lavin.management.shapes import BadRequest, required
+from lavin.management.shapes.message_stats import object_message_stats
+from lavin.management.shapes.access import BadRequest, required
 
 # The default exchange's name in paths (its real name is "").
 DEFAULT_EXCHANGE_PATH_NAME: Final = "amq.default"

@@ -18,10 +18,10 @@ from lavin.broker.runtime.alarms import DISK, MEMORY
 from lavin.broker.broker import Broker
 from lavin.broker.queues.queue import MessageQueue
 from lavin.broker.runtime.stats import ChannelSnapshot, ConnectionSnapshot
-from lavin.management import runtime_shapes as shapes
-from lavin.management.http import BROKER, ObjectNotFound, access_of, done, error_response, reply
-from lavin.management.listing import list_reply
-from lavin.management.requester import NotAuthorised, Requester, requester
+from lavin.management.shapes import runtime as shapes
+from lavin.management.http.replies import BROKER, ObjectNotFound, access_of, done, error_response, reply
+from lavin.management.http.listing import list_reply
+from lavin.management.http.requester import NotAuthorised, Requester, requester
 
 # RabbitMQ's reply text when the management API closes a connection without an X-Reason.
 DEFAULT_CLOSE_REASON: Final = "Closed via management plugin"

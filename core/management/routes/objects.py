@@ -21,12 +21,12 @@ from lavin.broker.queues.queue import NEEDS_SYNC, REJECTED, MessageQueue, Queue
 from lavin.broker.queues.stream_consumer import start_offset, with_offset_header
 from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.broker.vhost import UNROUTED, VHost, check_not_default_exchange, check_queue_name
-from lavin.management import object_shapes as shapes
-from lavin.management.http import BROKER, ObjectNotFound, done, error_response, json_body, reply
-from lavin.management.listing import list_reply
-from lavin.management.object_access import Permissions, channel_reply, direct_reply, visible_vhost, visible_vhosts
-from lavin.management.requester import requester
-from lavin.management.shapes import BadRequest, required
+from lavin.management.shapes import objects as shapes
+from lavin.management.http.replies import BROKER, ObjectNotFound, done, error_response, json_body, reply
+from lavin.management.http.listing import list_reply
+from lavin.management.http.object_access import Permissions, channel_reply, direct_reply, visible_vhost, visible_vhosts
+from lavin.management.http.requester import requester
+from lavin.management.shapes.access import BadRequest, required
 
 # RabbitMQ's reply when a publish is not confirmed.
 PUBLISH_REFUSED: Final = "rejected Unable to publish message. Check queue limits."

@@ -20,7 +20,7 @@ from aiohttp import web
 from lavin.api.printable import printable
 from lavin.broker.access.access_control import AccessControl, AccessControlError, NotFoundError
 from lavin.broker.broker import Broker
-from lavin.management import shapes
+from lavin.management.shapes import access as shapes
 
 log = logging.getLogger(__name__)
 

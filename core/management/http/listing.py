@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from aiohttp import web
-from lavin.management.http import reply
-from lavin.management.shapes import BadRequest
+from lavin.management.http.replies import reply
+from lavin.management.shapes.access import BadRequest
 
 DEFAULT_PAGE_SIZE: Final = 100
 MAX_PAGE_SIZE: Final = 500
