@@ -25,7 +25,7 @@ from lavin.bench.brokers import lavin
 from lavin.bench.fleet import open_idle_connections
 from lavin.bench.measure import process_fd_count, process_rss_kib
 from lavin.bench.scan import DeliveryScanner
-from lavin.wire_client import (
+from lavin.client.wire import (
     CHANNEL,
     FRAME_MAX,
     RECEIVE_SIZE,

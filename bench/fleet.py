@@ -24,7 +24,7 @@ from lavin.bench.load import Worker
 from lavin.bench.measure import own_cpu_seconds
 from lavin.bench.scan import ConfirmTracker, DeliveryScanner, LatencyRecorder, SequenceCheck
 from lavin.bench.workers import STOP_POLL_SECONDS, LoadSpec, Signals, Stamp, publish_batches, run_worker, stream_counts
-from lavin.wire_client import CHANNEL, RECEIVE_SIZE, Address, Connection, ack_frame, close_all, method_frame
+from lavin.client.wire import CHANNEL, RECEIVE_SIZE, Address, Connection, ack_frame, close_all, method_frame
 from pamqp import commands
 from pamqp.base import Frame as Method
 

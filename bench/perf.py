@@ -37,7 +37,7 @@ from lavin.bench.scenarios import (
 )
 from lavin.bench.topology import Topology, fanout, queue_per_key, topic
 from lavin.bench.workers import LoadSpec, Stamp
-from lavin.wire_client import Address, AmqpError, connect
+from lavin.client.wire import Address, AmqpError, connect
 
 DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
 DEFAULT_WEBSOCKET_PATH = "/ws/amqp"

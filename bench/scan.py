@@ -11,7 +11,7 @@ import struct
 from array import array
 from collections.abc import Callable
 
-from lavin.wire_client import (
+from lavin.client.wire import (
     BASIC_ACK,
     BASIC_DELIVER,
     BASIC_NACK,

@@ -14,7 +14,7 @@ from lavin.bench.load import MB, Worker, run_load
 from lavin.bench.measure import BrokerCpu, own_cpu_seconds, process_rss_kib
 from lavin.bench.topology import Topology, declare_topology, delete_topology
 from lavin.bench.workers import LoadSpec, Stamp, produce
-from lavin.wire_client import CHANNEL, Address, Connection, close_all, connect
+from lavin.client.wire import CHANNEL, Address, Connection, close_all, connect
 from pamqp import commands
 
 SETTLE_SECONDS = 1.0  # after opening connections, before reading the broker's RSS

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pika
 import pyspark_lavin
-from lavin.wire_client import connect
+from lavin.client.wire import connect
 from pyspark.sql import SparkSession
 from pyspark_lavin.stream_info import fetch_stream_bounds
 

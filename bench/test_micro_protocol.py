@@ -16,9 +16,9 @@ from lavin.amqp import codec
 from lavin.amqp.connection import Connection
 from lavin.api.message import encode_properties
 from lavin.broker.broker import Broker
+from lavin.client.wire import encode_publish
 from lavin.config import Config
 from lavin.plugin_registry import load_registry
-from lavin.wire_client import encode_publish
 from pamqp import commands, decode, encode, frame
 from pamqp.common import FieldTable
 from pytest_benchmark.fixture import BenchmarkFixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lavin.bench.fleet import pipelined
-from lavin.wire_client import CHANNEL, Address, connect
+from lavin.client.wire import CHANNEL, Address, connect
 from pamqp import commands
 
 

@@ -29,7 +29,7 @@ from lavin.bench.scan import (
     LatencyRecorder,
     SequenceCheck,
 )
-from lavin.wire_client import (
+from lavin.client.wire import (
     CHANNEL,
     DEFAULT_TIMEOUT,
     RECEIVE_SIZE,

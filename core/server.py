@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lavin.broker.runtime.allocator import tune_allocator
 from lavin.broker.broker import Broker
+from lavin.broker.runtime.allocator import tune_allocator
 from lavin.config import Config, StartupError
-from lavin.listeners import AmqpListeners
+from lavin.listeners.amqp import AmqpListeners
+from lavin.listeners.management_plane import ManagementPlane
 from lavin.management.definitions import load_definitions_file
-from lavin.management.plane import ManagementPlane
 from lavin.plugin_registry import Registry, load_registry
 from lavin.transport.tls import TlsCertificates, TlsSetupError
 

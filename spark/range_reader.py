@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from lavin.wire_client import AmqpError, Delivery, connect
+from lavin.client.wire import AmqpError, Delivery, connect
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 from pyspark_lavin.offsets import OffsetRange, checked_start

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 
 import pyarrow as pa
-from lavin.wire_client import Delivery
+from lavin.client.wire import Delivery
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 from pyspark_lavin.schema import PROPERTY_ATTRIBUTES

@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 
-from lavin.wire_client import Connection, Properties, connect
+from lavin.client.wire import Connection, Properties, connect
 from pyspark_lavin.offsets import StreamBounds
 
 STREAM_INFO_ROUTING_KEY = "amq.lavin.stream-info"

@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 from lavin.api import hookimpl
 from lavin.broker.broker import Broker
+from lavin.client.wire import PROTOCOL_HEADER, Connection
 from lavin.testing import running_broker
-from lavin.wire_client import PROTOCOL_HEADER, Connection
 
 CALL_TIMEOUT = 10.0
 Result = TypeVar("Result")

@@ -12,8 +12,8 @@ import pika
 import pytest
 from broker_process import BrokerFactory, BrokerProcess
 from helpers import drain, open_session, process_for, process_until, unique_name, wait_until
+from lavin.client.wire import Connection, connect, content_body_frame, content_header_frame, method_frame
 from lavin.config import StartupError, parse_bytes, read_config_file
-from lavin.wire_client import Connection, connect, content_body_frame, content_header_frame, method_frame
 from pamqp import commands
 
 MiB = 1024 * 1024

@@ -21,7 +21,7 @@ import pytest
 from broker_process import BrokerProcess
 from helpers import unique_name
 from lavin.api.field_table import encode_table
-from lavin.wire_client import (
+from lavin.client.wire import (
     FRAME_BODY,
     FRAME_HEADER,
     FRAME_METHOD,

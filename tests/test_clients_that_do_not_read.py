@@ -7,7 +7,7 @@ import os
 import time
 
 from broker_process import BrokerProcess
-from lavin.wire_client import Connection, connect, content_body_frame, content_header_frame, method_frame
+from lavin.client.wire import Connection, connect, content_body_frame, content_header_frame, method_frame
 from pamqp import commands
 
 MiB = 1024 * 1024

@@ -26,8 +26,8 @@ import pytest
 from broker_process import BrokerProcess, free_port, hermetic_env
 from helpers import closes_channel, open_session
 from lavin import cli as lavin_cli
+from lavin.client.wire import PROTOCOL_HEADER, Connection, connect
 from lavin.config import INI_KEYS, Config, StartupError
-from lavin.wire_client import PROTOCOL_HEADER, Connection, connect
 from pamqp import commands
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

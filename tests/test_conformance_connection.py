@@ -22,7 +22,7 @@ from itertools import pairwise
 import pika
 import pytest
 from broker_process import BrokerProcess
-from lavin.wire_client import (
+from lavin.client.wire import (
     CHANNEL,
     FRAME_HEAD,
     FRAME_HEARTBEAT,

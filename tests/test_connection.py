@@ -13,7 +13,7 @@ import aio_pika
 import pika
 import pytest
 from broker_process import BrokerProcess
-from lavin.wire_client import connect
+from lavin.client.wire import connect
 from pamqp import commands
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 

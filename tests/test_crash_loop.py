@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from broker_process import BrokerFactory, BrokerProcess
-from lavin.wire_client import CHANNEL, AmqpError, Connection, connect
+from lavin.client.wire import CHANNEL, AmqpError, Connection, connect
 from pamqp import commands
 
 SEED = int(os.environ.get("CRASH_LOOP_SEED", "20240611"))

@@ -7,7 +7,7 @@ import time
 
 from broker_process import BrokerProcess
 from lavin.amqp.connection import LOGIN_REFUSAL_DELAY
-from lavin.wire_client import PROTOCOL_HEADER, Address, Connection, connect
+from lavin.client.wire import PROTOCOL_HEADER, Address, Connection, connect
 from pamqp import commands
 
 GUESSES = 3

@@ -7,7 +7,7 @@ import time
 import uuid
 
 from broker_process import BrokerProcess
-from lavin.wire_client import (
+from lavin.client.wire import (
     Connection,
     connect,
     content_body_frame,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import pika
 import pytest
 from broker_process import BrokerProcess
-from lavin.wire_client import (
+from lavin.client.wire import (
     FRAME_BODY,
     FRAME_METHOD,
     Connection,

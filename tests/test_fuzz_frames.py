@@ -32,7 +32,7 @@ from pathlib import Path
 import pika
 import pytest
 from broker_process import BrokerProcess
-from lavin.wire_client import (
+from lavin.client.wire import (
     FRAME_BODY,
     FRAME_HEAD,
     FRAME_HEADER,

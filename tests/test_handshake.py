@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 from broker_process import BrokerProcess
-from lavin.wire_client import (
+from lavin.client.wire import (
     PROTOCOL_HEADER,
     Address,
     Connection,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 
 from broker_process import BrokerProcess
-from lavin.wire_client import (
+from lavin.client.wire import (
     FRAME_METHOD,
     PROTOCOL_HEADER,
     Address,

@@ -16,8 +16,8 @@ from broker_process import BrokerProcess
 from control_helpers import ctl_ok
 from helpers import unique_name, wait_until
 from lavin.broker.runtime import recovery_log
+from lavin.client.wire import connect
 from lavin.testing import running_broker
-from lavin.wire_client import connect
 from pamqp import commands
 
 LOGGER = "lavin.amqp.connection"

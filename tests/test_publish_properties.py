@@ -11,7 +11,7 @@ import pytest
 from broker_process import BrokerProcess
 from helpers import message_count, unique_name
 from lavin.api.message import Message, check_properties, encode_properties
-from lavin.wire_client import FRAME_HEADER, connect, content_body_frame, method_frame, raw_frame
+from lavin.client.wire import FRAME_HEADER, connect, content_body_frame, method_frame, raw_frame
 from pamqp import commands
 
 CHANNEL = 1

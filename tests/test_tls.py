@@ -28,7 +28,7 @@ from broker_process import BrokerFactory, BrokerProcess, free_port, hermetic_env
 from control_helpers import ctl, ctl_ok
 from cryptography import x509
 from helpers import closes_channel, eventually, unique_name
-from lavin.wire_client import CAPABILITIES, PROTOCOL_HEADER, Connection
+from lavin.client.wire import CAPABILITIES, PROTOCOL_HEADER, Connection
 from pamqp import commands
 from tls_certs import (
     CLIENT_USER,
@@ -220,7 +220,7 @@ def survivor(broker: TlsBroker, context: ssl.SSLContext) -> Iterator[None]:
 
 
 def tls_wire_connection(port: int, context: ssl.SSLContext) -> Connection:
-    """A `lavin.wire_client` connection over TLS, to read the broker's replies frame by frame."""
+    """A `lavin.client.wire` connection over TLS, to read the broker's replies frame by frame."""
     connection = Connection(f"amqp://unused:unused@{HOST}:{port}/%2F", timeout=TIMEOUT)
     connection.sock = context.wrap_socket(connection.sock, server_hostname=SERVER_NAME)
     return connection

@@ -37,7 +37,7 @@ from helpers import (
     process_until,
     unique_name,
 )
-from lavin import wire_client
+from lavin.client import wire as wire_client
 from pamqp import commands
 from tls_certs import write_tls_files
 from websocket_bridge import WebSocketBridge

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
-from lavin.wire_websocket import (
+from lavin.client.websocket import (
     MAX_SEND,
     OP_BINARY,
     OP_CLOSE,

@@ -1,6 +1,6 @@
 """A WebSocket-to-TCP adapter for the tests: a loopback TCP listener whose every connection
 is carried over a new WebSocket to the broker's /ws/amqp (subprotocol "amqp"), so that pika
-and `lavin.wire_client` speak AMQP over WebSocket unchanged. What the client sends goes out
+and `lavin.client.wire` speak AMQP over WebSocket unchanged. What the client sends goes out
 in binary messages cut wherever its reads end (a message may hold part of a frame or several
 frames); binary messages from the broker are written back to the client as they come.
 

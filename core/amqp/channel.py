@@ -26,10 +26,10 @@ from lavin.api import errors
 from lavin.api.message import Body, Message, check_properties
 from lavin.api.printable import printable
 from lavin.broker.queues.consumer import Settles
-from lavin.broker.routing.direct_reply import rewrite_reply_to
-from lavin.broker.routing.exchange import Exchange
 from lavin.broker.queues.expiry import message_expiration
 from lavin.broker.queues.queue import NEEDS_SYNC, MessageQueue, Queue
+from lavin.broker.routing.direct_reply import rewrite_reply_to
+from lavin.broker.routing.exchange import Exchange
 from lavin.broker.runtime.stats import ChannelSnapshot, ConsumerSnapshot
 from lavin.broker.vhost import UNROUTED
 from pamqp import commands

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from lavin.amqp import codec
-from lavin.broker.runtime.group_commit import PublishesSynced
 from lavin.broker.queues.queue import NEEDS_SYNC, REJECTED
+from lavin.broker.runtime.group_commit import PublishesSynced
 
 if TYPE_CHECKING:
     from lavin.amqp.channel import Channel

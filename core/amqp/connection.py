@@ -25,9 +25,9 @@ from lavin.api import errors
 from lavin.api.auth import AuthBackend, User
 from lavin.api.field_table import decode_table
 from lavin.api.printable import printable
-from lavin.broker.runtime.alarms import ResourceAlarms
 from lavin.broker.broker import Broker
 from lavin.broker.queues.flow import PublisherFlow
+from lavin.broker.runtime.alarms import ResourceAlarms
 from lavin.broker.runtime.stats import ConnectionSnapshot
 from lavin.broker.vhost import VHost
 from lavin.transport.certificates import external_login_name, tls_details

@@ -16,9 +16,9 @@ from lavin.amqp.consumer import ChannelConsumer
 from lavin.amqp.transaction import Transaction
 from lavin.api import errors
 from lavin.broker.policy.arguments import parse_consumer_priority
-from lavin.broker.routing.direct_reply import ADDRESS_PREFIX, PSEUDO_QUEUE
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
+from lavin.broker.routing.direct_reply import ADDRESS_PREFIX, PSEUDO_QUEUE
 from lavin.broker.vhost import check_not_default_exchange, check_queue_name, new_queue_name
 from pamqp import commands as c
 

@@ -12,9 +12,9 @@ from lavin.api import errors
 from lavin.api.auth import AuthBackend, AuthContext, StoredUser, User
 from lavin.api.printable import printable
 from lavin.broker.access.access_control import AccessControl
-from lavin.broker.runtime.alarms import ResourceAlarms
-from lavin.broker.routing.direct_reply import ReplyRegistry
 from lavin.broker.policy.global_parameters import GlobalParameters
+from lavin.broker.routing.direct_reply import ReplyRegistry
+from lavin.broker.runtime.alarms import ResourceAlarms
 from lavin.broker.runtime.group_commit import GroupCommit, SyncWaiter
 from lavin.broker.runtime.stats import ConnectionSnapshot, MessageStats
 from lavin.broker.vhost import VHost

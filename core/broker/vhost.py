@@ -22,14 +22,14 @@ from lavin.broker.policy.arguments import (
     parse_queue_settings,
     queue_type_name,
 )
-from lavin.broker.routing.default_exchange import DefaultExchangeTable
-from lavin.broker.routing.exchange import Exchange, Target
-from lavin.broker.queues.flow import PublisherFlow
 from lavin.broker.policy.policies import VHostPolicies
+from lavin.broker.queues.flow import PublisherFlow
 from lavin.broker.queues.queue import BEHIND, STORED, MessageQueue, Queue, QueueDeclaration
-from lavin.broker.runtime.recovery_log import RecoveryLog
 from lavin.broker.queues.stream_info import stream_info_reply
 from lavin.broker.queues.stream_queue import StreamQueue, check_stream_declaration
+from lavin.broker.routing.default_exchange import DefaultExchangeTable
+from lavin.broker.routing.exchange import Exchange, Target
+from lavin.broker.runtime.recovery_log import RecoveryLog
 from lavin.storage import queue_directories
 from lavin.storage.access_files import vhost_directory_name
 from lavin.storage.definitions_store import (

@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 from aiohttp import web
 from lavin.broker.broker import Broker
+from lavin.management.http.replies import BROKER, MAX_BODY_SIZE, json_errors
+from lavin.management.http.requester import authenticate_requests, trust_requests
 from lavin.management.prometheus import routes as metrics_routes
 from lavin.management.routes import access as access_routes
 from lavin.management.routes import objects as object_routes
@@ -16,8 +18,6 @@ from lavin.management.routes import policy as policy_routes
 from lavin.management.routes import runtime as runtime_routes
 from lavin.management.routes import tls as tls_routes
 from lavin.management.routes import ui as ui_routes
-from lavin.management.http.replies import BROKER, MAX_BODY_SIZE, json_errors
-from lavin.management.http.requester import authenticate_requests, trust_requests
 from lavin.transport.tls import TlsCertificates
 from lavin.transport.websocket import add_amqp_websocket_route
 

@@ -30,9 +30,9 @@ import pytest
 from broker_process import BrokerFactory, BrokerProcess, free_port
 from helpers import closes_channel
 from lavin.api import Access, User
+from lavin.client.wire import PROTOCOL_HEADER, Connection
 from lavin.plugins.auth.http import HttpAuth, HttpAuthorizer
 from lavin.testing import EmptyAuthContext
-from lavin.wire_client import PROTOCOL_HEADER, Connection
 
 SLOW_ANSWER = 3.0
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}

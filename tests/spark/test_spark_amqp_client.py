@@ -1,4 +1,4 @@
-"""The executors' small AMQP client (lavin.wire_client) against a real broker (classic queues: the mechanics
+"""The executors' small AMQP client (lavin.client.wire) against a real broker (classic queues: the mechanics
 are the same as for streams)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from broker_process import BrokerProcess
 from helpers import open_session
-from lavin.wire_client import Address, AmqpError, UnroutableError, connect
+from lavin.client.wire import Address, AmqpError, UnroutableError, connect
 from pamqp.commands import Basic
 
 

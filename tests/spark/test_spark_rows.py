@@ -6,7 +6,7 @@ import datetime
 import decimal
 
 import pytest
-from lavin.wire_client import Delivery
+from lavin.client.wire import Delivery
 from pamqp.commands import Basic
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType

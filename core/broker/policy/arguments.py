@@ -13,8 +13,8 @@ from lavin.api import errors
 from lavin.api.arguments import field_type
 
 if TYPE_CHECKING:
-    from lavin.broker.routing.exchange import Exchange
     from lavin.broker.queues.queue import Queue
+    from lavin.broker.routing.exchange import Exchange
 
 COMPARED_QUEUE_ARGUMENTS = (
     "x-queue-type",

@@ -17,7 +17,14 @@ from lavin.api.arguments import parse_duration
 from lavin.api.printable import printable
 from lavin.api.queue import Retention
 from lavin.broker.policy.arguments import queue_type_name
-from lavin.broker.policy.policy_rules import Policy, PolicyError, effective_definition, highest, parse_policy, queue_settings
+from lavin.broker.policy.policy_rules import (
+    Policy,
+    PolicyError,
+    effective_definition,
+    highest,
+    parse_policy,
+    queue_settings,
+)
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.storage.policy_files import POLICIES_FILE, PolicyFileError, read_json_file, write_json_file

@@ -15,10 +15,10 @@ from lavin.api import Message, QueueType
 from lavin.api.message import is_persistent
 from lavin.broker.policy.arguments import QueueSettings
 from lavin.broker.queues.consumer import Consumer
-from lavin.broker.routing.dead_letter import dead_letter
 from lavin.broker.queues.delivery_counts import DeliveryCounts
 from lavin.broker.queues.expiry import EXPIRATION_FLAG, ExpiryIndex, expires_at
 from lavin.broker.queues.flow import PublisherFlow
+from lavin.broker.routing.dead_letter import dead_letter
 from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:

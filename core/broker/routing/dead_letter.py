@@ -19,8 +19,8 @@ from lavin.api.printable import printable
 from lavin.broker.routing.sender_selected import routing_keys_of
 
 if TYPE_CHECKING:
-    from lavin.broker.routing.exchange import Reached
     from lavin.broker.queues.queue import Queue
+    from lavin.broker.routing.exchange import Reached
 
 log = logging.getLogger(__name__)
 

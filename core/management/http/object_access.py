@@ -22,8 +22,8 @@ from lavin.api import errors
 from lavin.api.auth import Access, Permission, ResourceKind
 from lavin.broker.vhost import VHost
 from lavin.management.http.replies import BROKER, ObjectNotFound, error_response
-from lavin.management.shapes.objects import DEFAULT_EXCHANGE_PATH_NAME
 from lavin.management.http.requester import Requester, requester
+from lavin.management.shapes.objects import DEFAULT_EXCHANGE_PATH_NAME
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 

@@ -24,10 +24,10 @@ from importlib.metadata import version
 from typing import Final
 
 import lavin
-from lavin.broker.runtime.alarms import DISK, MEMORY, resident_memory
 from lavin.broker.policy.arguments import queue_type_name
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
+from lavin.broker.runtime.alarms import DISK, MEMORY, resident_memory
 from lavin.management.prometheus.sources import Snapshot
 from lavin.management.shapes.runtime import RABBITMQ_VERSION, channel_name
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric, UnknownMetricFamily

@@ -19,7 +19,7 @@ from typing import Final
 from aiohttp import web
 from lavin.broker.broker import Broker
 from lavin.management.http.replies import BROKER
-from lavin.management.prometheus.sources import ObjectFilter, Snapshot
+from lavin.management.http.requester import requester, trust_requests
 from lavin.management.prometheus.families import (
     AGGREGATED,
     DETAILED,
@@ -29,7 +29,7 @@ from lavin.management.prometheus.families import (
     BrokerCollector,
     Scrape,
 )
-from lavin.management.http.requester import requester, trust_requests
+from lavin.management.prometheus.sources import ObjectFilter, Snapshot
 from prometheus_client import generate_latest
 
 # The text format generate_latest writes; Prometheus 2 and 3 both read it.

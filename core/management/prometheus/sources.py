@@ -16,8 +16,8 @@ from typing import Final, Protocol, runtime_checkable
 from lavin.api import hookimpl
 from lavin.api.hooks import ConnectionInfo
 from lavin.broker.broker import Broker
-from lavin.broker.routing.exchange import Exchange
 from lavin.broker.queues.queue import Queue
+from lavin.broker.routing.exchange import Exchange
 from lavin.broker.runtime.stats import ChannelSnapshot, ConnectionSnapshot
 from lavin.broker.vhost import VHost
 

@@ -9,8 +9,8 @@ from typing import Any, Final
 from aiohttp import web
 from lavin.api import errors
 from lavin.broker.access.access_control import AccessControl, NotFoundError
-from lavin.management.shapes import access as shapes
 from lavin.management.definitions import DefinitionsError, export_definitions, import_definitions
+from lavin.management.http.listing import list_reply
 from lavin.management.http.replies import (
     BROKER,
     ObjectNotFound,
@@ -21,9 +21,9 @@ from lavin.management.http.replies import (
     known_vhost,
     reply,
 )
-from lavin.management.http.listing import list_reply
-from lavin.management.shapes.message_stats import vhost_message_stats
 from lavin.management.http.requester import requester
+from lavin.management.shapes import access as shapes
+from lavin.management.shapes.message_stats import vhost_message_stats
 
 # The peer a login check is made as: `lavin ctl` runs on this machine.
 LOCAL_PEER: Final = "127.0.0.1"

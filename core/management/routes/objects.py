@@ -14,18 +14,18 @@ from aiohttp import web
 from lavin.api import errors
 from lavin.api.exchange import Binding
 from lavin.api.message import Message
-from lavin.broker.routing.exchange import Exchange
 from lavin.broker.queues.expiry import message_expiration
-from lavin.broker.runtime.group_commit import PublishesSynced
 from lavin.broker.queues.queue import NEEDS_SYNC, REJECTED, MessageQueue, Queue
 from lavin.broker.queues.stream_consumer import start_offset, with_offset_header
 from lavin.broker.queues.stream_queue import StreamQueue
+from lavin.broker.routing.exchange import Exchange
+from lavin.broker.runtime.group_commit import PublishesSynced
 from lavin.broker.vhost import UNROUTED, VHost, check_not_default_exchange, check_queue_name
-from lavin.management.shapes import objects as shapes
-from lavin.management.http.replies import BROKER, ObjectNotFound, done, error_response, json_body, reply
 from lavin.management.http.listing import list_reply
 from lavin.management.http.object_access import Permissions, channel_reply, direct_reply, visible_vhost, visible_vhosts
+from lavin.management.http.replies import BROKER, ObjectNotFound, done, error_response, json_body, reply
 from lavin.management.http.requester import requester
+from lavin.management.shapes import objects as shapes
 from lavin.management.shapes.access import BadRequest, required
 
 # RabbitMQ's reply when a publish is not confirmed.

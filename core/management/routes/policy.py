@@ -15,7 +15,6 @@ from lavin.broker.access.access_control import NotFoundError
 from lavin.broker.broker import Broker
 from lavin.broker.policy.policy_rules import PolicyError
 from lavin.broker.vhost import VHost
-from lavin.management.shapes import access as shapes
 from lavin.management.definitions import (
     VHOST_LIMITS_COMPONENT,
     DefinitionsError,
@@ -23,9 +22,10 @@ from lavin.management.definitions import (
     import_vhost_definitions,
     parameters_json,
 )
-from lavin.management.http.replies import BROKER, ObjectNotFound, done, json_body, reply
 from lavin.management.http.listing import list_reply
+from lavin.management.http.replies import BROKER, ObjectNotFound, done, json_body, reply
 from lavin.management.http.requester import NotAuthorised, requester
+from lavin.management.shapes import access as shapes
 
 routes = web.RouteTableDef()
 

@@ -14,14 +14,14 @@ from typing import Any, Final
 from aiohttp import web
 from lavin.api import errors
 from lavin.api.message import Message
-from lavin.broker.runtime.alarms import DISK, MEMORY
 from lavin.broker.broker import Broker
 from lavin.broker.queues.queue import MessageQueue
+from lavin.broker.runtime.alarms import DISK, MEMORY
 from lavin.broker.runtime.stats import ChannelSnapshot, ConnectionSnapshot
-from lavin.management.shapes import runtime as shapes
-from lavin.management.http.replies import BROKER, ObjectNotFound, access_of, done, error_response, reply
 from lavin.management.http.listing import list_reply
+from lavin.management.http.replies import BROKER, ObjectNotFound, access_of, done, error_response, reply
 from lavin.management.http.requester import NotAuthorised, Requester, requester
+from lavin.management.shapes import runtime as shapes
 
 # RabbitMQ's reply text when the management API closes a connection without an X-Reason.
 DEFAULT_CLOSE_REASON: Final = "Closed via management plugin"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from lavin.broker.routing.exchange import Exchange
 from lavin.broker.queues.queue import Queue
+from lavin.broker.routing.exchange import Exchange
 from lavin.broker.runtime.stats import Counts, MessageStats, vhost_key
 
 DELIVER_GET_PARTS: Final = ("deliver", "deliver_no_ack", "get", "get_no_ack")

@@ -22,12 +22,12 @@ from lavin.api.exchange import Binding
 from lavin.api.field_table import encode_table
 from lavin.api.message import PROPERTY_FIELDS, Body, Message, encode_properties
 from lavin.broker.policy.arguments import queue_type_name
-from lavin.broker.routing.exchange import Exchange
 from lavin.broker.policy.policies import exchange_policy_fields, policy_fields
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
-from lavin.management.shapes.message_stats import object_message_stats
+from lavin.broker.routing.exchange import Exchange
 from lavin.management.shapes.access import BadRequest, required
+from lavin.management.shapes.message_stats import object_message_stats
 
 # The default exchange's name in paths (its real name is "").
 DEFAULT_EXCHANGE_PATH_NAME: Final = "amq.default"

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from typing import Any, Final, TypeVar
 
 import lavin
-from lavin.broker.runtime.alarms import DISK, MEMORY, resident_memory
 from lavin.broker.broker import Broker
+from lavin.broker.runtime.alarms import DISK, MEMORY, resident_memory
 from lavin.broker.runtime.stats import (
     OVERALL,
     QUEUE_TOTALS,

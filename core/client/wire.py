@@ -7,7 +7,7 @@ and tables go through pamqp; deliveries, acks and frame splitting, which come in
 are done by hand.
 
 A client, not part of the broker: it needs only the standard library and pamqp
-(`lavin.wire_websocket`, its WebSocket transport, is standard library too).
+(`lavin.client.websocket`, its WebSocket transport, is standard library too).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import NamedTuple, NoReturn, Protocol, Self, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from lavin.wire_websocket import WebSocket
+from lavin.client.websocket import WebSocket
 from pamqp import commands, encode
 from pamqp import frame as pamqp_frame
 from pamqp.base import Frame as Method
@@ -300,7 +300,7 @@ class Connection:
             response = encode.field_table({"LOGIN": username, "PASSWORD": password})[4:].decode("latin-1")
         else:
             response = f"\0{username}\0{password}"
-        properties: FieldTable = {"product": "lavin.wire_client", "capabilities": dict(capabilities)}
+        properties: FieldTable = {"product": "lavin.client.wire", "capabilities": dict(capabilities)}
         self.send(commands.Connection.StartOk(client_properties=properties, mechanism=mechanism, response=response))
         return start
 

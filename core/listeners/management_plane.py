@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from lavin.broker.broker import Broker
 from lavin.config import DISABLED_PORT, Config
+from lavin.listeners.control_socket import ControlSocket
+from lavin.listeners.http import HttpListener
 from lavin.management.app import build_app
-from lavin.management.control_socket import ControlSocket
-from lavin.management.listener import HttpListener
 from lavin.management.prometheus.routes import build_metrics_app
 from lavin.management.prometheus.sources import ConnectionChurn
 from lavin.transport.tls import TlsCertificates

@@ -1,4 +1,4 @@
-"""The WebSocket transport of `lavin.wire_client`: a small RFC 6455 client over a blocking socket.
+"""The WebSocket transport of `lavin.client.wire`: a small RFC 6455 client over a blocking socket.
 
 AMQP over WebSocket (LavinMQ's and RabbitMQ Web-AMQP's `amqp` subprotocol) carries the
 AMQP byte stream in binary messages whose boundaries mean nothing, so `WebSocket` offers
