@@ -51,10 +51,10 @@ def test_the_sources_keep_every_contract(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "back_edge", "contract"),
     [
-        ("lavin/broker/queue.py", "from lavin.amqp import codec", "one-way layers"),
-        ("lavin/storage/record.py", "from lavin.broker import flow", "one-way layers"),
+        ("lavin/broker/queues/queue.py", "from lavin.amqp import codec", "one-way layers"),
+        ("lavin/storage/record.py", "from lavin.broker.queues import flow", "one-way layers"),
         ("lavin/api/queue.py", "from lavin.storage import disk", "lavin.api imports nothing of the core"),
-        ("lavin/plugins/exchanges/direct.py", "from lavin.broker import queue", "import only lavin.api"),
+        ("lavin/plugins/exchanges/direct.py", "from lavin.broker.queues import queue", "import only lavin.api"),
     ],
 )
 def test_a_back_edge_breaks_a_contract(tmp_path: Path, module: str, back_edge: str, contract: str) -> None:
