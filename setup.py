@@ -33,11 +33,11 @@ HOT_MODULES = (
     "broker/runtime/group_commit.py",
     "broker/queues/queue.py",
     "broker/vhost.py",
-    "storage/decoded_window.py",
-    "storage/open_files.py",
-    "storage/record.py",
-    "storage/segment_files.py",
-    "storage/segment_store.py",
+    "storage/segments/decoded_window.py",
+    "storage/segments/open_files.py",
+    "storage/segments/record.py",
+    "storage/segments/segment_files.py",
+    "storage/segments/segment_store.py",
 )
 STAGE = Path("build") / "mypyc-src"  # the sources under their import names, for mypy
 BUILDING_WHEEL = {"bdist_wheel", "build_ext", "build", "install"}

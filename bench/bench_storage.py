@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from lavin.api.message import Message, encode_properties
-from lavin.storage.segment_store import SegmentStore
+from lavin.storage.segments.segment_store import SegmentStore
 
 TICK = 100  # pushes between flushes, like one event-loop tick under load
 

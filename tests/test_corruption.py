@@ -14,7 +14,7 @@ from pathlib import Path
 
 from broker_process import BrokerFactory, BrokerProcess
 from lavin.client.wire import AmqpError, Connection, connect
-from lavin.storage.record import FILE_HEADER_SIZE, HEADER_SIZE, LENGTH, decode_record
+from lavin.storage.segments.record import FILE_HEADER_SIZE, HEADER_SIZE, LENGTH, decode_record
 from pamqp import commands
 
 SEGMENT_SIZE = 64 * 1024

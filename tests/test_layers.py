@@ -52,7 +52,7 @@ def test_the_sources_keep_every_contract(tmp_path: Path) -> None:
     ("module", "back_edge", "contract"),
     [
         ("lavin/broker/queues/queue.py", "from lavin.amqp import codec", "one-way layers"),
-        ("lavin/storage/record.py", "from lavin.broker.queues import flow", "one-way layers"),
+        ("lavin/storage/segments/record.py", "from lavin.broker.queues import flow", "one-way layers"),
         ("lavin/api/queue.py", "from lavin.storage import disk", "lavin.api imports nothing of the core"),
         ("lavin/plugins/exchanges/direct.py", "from lavin.broker.queues import queue", "import only lavin.api"),
     ],

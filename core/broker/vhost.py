@@ -31,8 +31,8 @@ from lavin.broker.routing.default_exchange import DefaultExchangeTable
 from lavin.broker.routing.exchange import Exchange, Target
 from lavin.broker.runtime.recovery_log import RecoveryLog
 from lavin.storage import queue_directories
-from lavin.storage.access_files import vhost_directory_name
-from lavin.storage.definitions_store import (
+from lavin.storage.metadata.access_files import vhost_directory_name
+from lavin.storage.metadata.definitions_store import (
     BindingDef,
     DefinitionsStore,
     ExchangeDef,

@@ -1,7 +1,8 @@
-"""The management API: users, vhosts, permissions, limits and definitions as JSON, in the
-shapes of RabbitMQ's management plugin.
+"""The management API in the shapes of RabbitMQ's management plugin, and its web UI.
 
-`app` builds the aiohttp application; `control_socket` serves it to local root on a unix
-socket (what `lavin ctl` talks to); `shapes` turns the broker's objects into RabbitMQ's JSON
-and back; `definitions` imports and exports whole definition documents.
+`app` builds the aiohttp application from the endpoint modules (`routes/`, one per
+resource); `http/` is what they share (replies, who is asking, list parameters); `shapes/`
+turns the broker's objects into RabbitMQ's JSON and back; `definitions` imports and exports
+whole definition documents; `prometheus/` is the metrics exporter; `ui/` the web UI's files.
+The sockets it is served on are `lavin.listeners`'.
 """

@@ -7,9 +7,9 @@ from typing import cast
 
 from lavin.api.queue import QueueType, Retention, StreamType
 from lavin.storage.disk import ensure_directory, recreate_directory
-from lavin.storage.segment_files import list_ids
-from lavin.storage.segment_store import DEFAULT_SEGMENT_SIZE, SegmentStore
-from lavin.storage.stream_store import StreamStore
+from lavin.storage.segments.segment_files import list_ids
+from lavin.storage.segments.segment_store import DEFAULT_SEGMENT_SIZE, SegmentStore
+from lavin.storage.streams.stream_store import StreamStore
 
 # The segment store is compiled, and a compiled class cannot subclass the interpreted
 # QueueType: it is one by registration.

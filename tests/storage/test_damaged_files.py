@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from lavin.api.message import Message, encode_properties
-from lavin.storage.definitions_store import DefinitionsStore, QueueDef
-from lavin.storage.record import FILE_HEADER_SIZE, HEADER_SIZE, LENGTH
-from lavin.storage.segment_store import SegmentStore
-from lavin.storage.stream_store import StreamStore
+from lavin.storage.metadata.definitions_store import DefinitionsStore, QueueDef
+from lavin.storage.segments.record import FILE_HEADER_SIZE, HEADER_SIZE, LENGTH
+from lavin.storage.segments.segment_store import SegmentStore
+from lavin.storage.streams.stream_store import StreamStore
 
 PERSISTENT = encode_properties({"delivery_mode": 2})
 QUEUE_SEGMENT = 4096

@@ -4,7 +4,7 @@ held once, so it is paid for once, not once per queue."""
 from __future__ import annotations
 
 from lavin.api.message import Message
-from lavin.storage.decoded_window import ALL_WINDOWS_BYTES, DecodedWindow
+from lavin.storage.segments.decoded_window import ALL_WINDOWS_BYTES, DecodedWindow
 
 MiB = 1 << 20
 

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from lavin.storage.definitions_store import (
+from lavin.storage.metadata.definitions_store import (
     BindingDef,
     Definitions,
     DefinitionsStore,

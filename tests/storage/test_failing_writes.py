@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from lavin.api.message import Message, encode_properties
-from lavin.storage.record import FILE_HEADER_SIZE
-from lavin.storage.segment_files import ack_path, segment_path
-from lavin.storage.segment_store import SegmentStore
-from lavin.storage.stream_store import StreamStore
+from lavin.storage.segments.record import FILE_HEADER_SIZE
+from lavin.storage.segments.segment_files import ack_path, segment_path
+from lavin.storage.segments.segment_store import SegmentStore
+from lavin.storage.streams.stream_store import StreamStore
 
 PERSISTENT = encode_properties({"delivery_mode": 2})
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from lavin.api.message import Message, encode_properties
-from lavin.storage.open_files import OPEN_FILES, PooledDirectory
-from lavin.storage.segment_store import SegmentStore
-from lavin.storage.stream_store import StreamStore
+from lavin.storage.segments.open_files import OPEN_FILES, PooledDirectory
+from lavin.storage.segments.segment_store import SegmentStore
+from lavin.storage.streams.stream_store import StreamStore
 
 PERSISTENT = encode_properties({"delivery_mode": 2})
 BUDGET = 16  # entries of up to two descriptors

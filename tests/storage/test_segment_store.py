@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from lavin.api.message import Message, encode_properties, is_persistent, message_priority
-from lavin.storage.segment_store import RESIDENT_READY_MESSAGES, SegmentStore
-from lavin.storage.segment_store import resident_bytes as unwritten_bytes
+from lavin.storage.segments.segment_store import RESIDENT_READY_MESSAGES, SegmentStore
+from lavin.storage.segments.segment_store import resident_bytes as unwritten_bytes
 
 PERSISTENT = encode_properties({"delivery_mode": 2})
 TRANSIENT = encode_properties({})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from lavin.api.message import Message, encode_properties
-from lavin.storage.segment_store import SegmentStore
+from lavin.storage.segments.segment_store import SegmentStore
 
 PERSISTENT = encode_properties({"delivery_mode": 2})
 

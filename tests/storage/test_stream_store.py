@@ -15,9 +15,9 @@ from lavin.api import (
 )
 from lavin.api.message import Message, encode_properties
 from lavin.plugins.queues.stream import StreamQueueType
-from lavin.storage.stream_index import STRIDE
-from lavin.storage.stream_offsets import OFFSETS_FILE, ConsumerOffsets
-from lavin.storage.stream_store import StreamStore
+from lavin.storage.streams.stream_index import STRIDE
+from lavin.storage.streams.stream_offsets import OFFSETS_FILE, ConsumerOffsets
+from lavin.storage.streams.stream_store import StreamStore
 from lavin.storage.toolkit import SegmentStorage
 
 PERSISTENT = encode_properties({"delivery_mode": 2})

@@ -1,7 +1,7 @@
 """Users, vhosts, permissions and vhost limits: the one service every management path
 (the control socket, definitions import, the HTTP API) goes through.
 
-The data lives in `users.json` and `vhosts.json` in the data dir (lavin.storage.access_files).
+The data lives in `users.json` and `vhosts.json` in the data dir (lavin.storage.metadata.access_files).
 Every change is written to its file before it takes effect, so a change that could not
 be saved (OSError) changes nothing. On the first start, when a file does not exist yet,
 the default vhost and the default user of the config are created.
@@ -21,7 +21,7 @@ from lavin.api.printable import printable
 from lavin.broker.access import passwords
 from lavin.broker.vhost import VHost
 from lavin.storage import queue_directories
-from lavin.storage.access_files import (
+from lavin.storage.metadata.access_files import (
     USERS_FILE,
     VHOSTS_FILE,
     AccessFileError,

@@ -3,5 +3,5 @@ validation, equivalence and RabbitMQ's texts), policies and operator policies (m
 precedence, what a policy may set), runtime parameters and global parameters.
 
 Not here: the queue that applies the effective settings (`lavin.broker.queues`), the files
-policies are kept in (`lavin.storage.policy_files`), their HTTP endpoints (`lavin.management`).
+policies are kept in (`lavin.storage.metadata.policy_files`), their HTTP endpoints (`lavin.management`).
 """

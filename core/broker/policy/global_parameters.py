@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lavin.storage.policy_files import GLOBAL_PARAMETERS_FILE, PolicyFileError, read_json_file, write_json_file
+from lavin.storage.metadata.policy_files import GLOBAL_PARAMETERS_FILE, PolicyFileError, read_json_file, write_json_file
 
 
 class GlobalParameters:

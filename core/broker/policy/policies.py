@@ -27,7 +27,7 @@ from lavin.broker.policy.policy_rules import (
 )
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
-from lavin.storage.policy_files import POLICIES_FILE, PolicyFileError, read_json_file, write_json_file
+from lavin.storage.metadata.policy_files import POLICIES_FILE, PolicyFileError, read_json_file, write_json_file
 
 if TYPE_CHECKING:
     from lavin.broker.routing.exchange import Exchange

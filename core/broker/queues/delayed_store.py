@@ -23,7 +23,7 @@ from lavin.api import Message, errors
 from lavin.api.message import encode_properties, is_persistent
 from lavin.api.printable import printable
 from lavin.broker.queues.queue import NEEDS_SYNC, STORED
-from lavin.storage.segment_store import SegmentStore
+from lavin.storage.segments.segment_store import SegmentStore
 
 if TYPE_CHECKING:
     import asyncio

@@ -41,7 +41,7 @@ BEHIND: Final = 4  # consumers are waiting but the backlog grows: the publisher 
 # messages or FLOW_HIGH_BYTES of bodies, its publishers stop reading until deliveries empty
 # it. A single event loop would otherwise spend nearly every tick reading publishes while
 # consumers get a trickle. The byte bound keeps a backlog of large messages within the
-# store's decoded window (lavin.storage.decoded_window), so that they are delivered without
+# store's decoded window (lavin.storage.segments.decoded_window), so that they are delivered without
 # being read back. Consumers that take nothing for FLOW_STALL seconds (full prefetch, no
 # acks) are the client's business: then the publishers go on, as they would with no
 # consumers at all.

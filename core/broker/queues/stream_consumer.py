@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from lavin.api import Message, StreamCursor, errors, field_type, parse_duration
 from lavin.api.message import HEADERS_FLAG, headers_offset
-from lavin.storage.record import now_ms
+from lavin.storage.segments.record import now_ms
 
 if TYPE_CHECKING:
     from lavin.broker.queues.consumer import Consumer

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from lavin.api import Message
 from lavin.broker.queues.stream_consumer import long_field
 from lavin.broker.queues.stream_queue import StreamQueue
-from lavin.storage.record import now_ms
+from lavin.storage.segments.record import now_ms
 
 if TYPE_CHECKING:
     from lavin.broker.vhost import VHost

@@ -24,7 +24,7 @@ from lavin.broker.queues.stream_consumer import (
     start_offset,
     tracking,
 )
-from lavin.storage.stream_offsets import ConsumerOffsets
+from lavin.storage.streams.stream_offsets import ConsumerOffsets
 
 if TYPE_CHECKING:
     import asyncio

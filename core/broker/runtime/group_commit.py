@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
-from lavin.storage.open_files import OPEN_FILES
+from lavin.storage.segments.open_files import OPEN_FILES
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Files of segment stores and stream logs: names, reads and writes of records, the
 recovery scan; and the ack files of segment stores.
 
-`msgs.0000000001` holds records (see lavin.storage.record); `acks.0000000001` holds the
+`msgs.0000000001` holds records (see lavin.storage.segments.record); `acks.0000000001` holds the
 u32 little-endian byte positions of the records of that segment that were acked.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Final, NamedTuple, Protocol
 
 from lavin.storage.quarantine import copy_aside
-from lavin.storage.record import (
+from lavin.storage.segments.record import (
     FILE_HEADER,
     FILE_HEADER_SIZE,
     FIXED_SIZE,
@@ -222,7 +222,7 @@ def scan_records(fd: int, path: Path, visit: RecordVisitor, *, sync_truncation: 
 
     A damaged record followed by intact ones is passed over: the file is first copied
     aside (`*.corrupt`), then the damaged bytes are overwritten with holes (see
-    `lavin.storage.record.FLAG_HOLE`, visited like records), and an ERROR names the
+    `lavin.storage.segments.record.FLAG_HOLE`, visited like records), and an ERROR names the
     file and the counts. A damaged record with nothing intact after it is a torn tail:
     the file is truncated there (synced if `sync_truncation`) with a WARNING. Returns
     None for a file too short to hold its format header (the broker stopped while

@@ -16,7 +16,7 @@ recovery does not read the segment again:
 
 A missing, damaged or stale index file (size or first offset disagree with the segment)
 is not used to read the segment, which is scanned instead; an intact stale one still tells
-recovery which offsets the segment held (see `lavin.storage.stream_store`).
+recovery which offsets the segment held (see `lavin.storage.streams.stream_store`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from array import array
 from bisect import bisect_left
 from pathlib import Path
 
-from lavin.storage.record import FILE_HEADER_SIZE, HEADER_SIZE
-from lavin.storage.segment_files import numbered_path, scan_records
+from lavin.storage.segments.record import FILE_HEADER_SIZE, HEADER_SIZE
+from lavin.storage.segments.segment_files import numbered_path, scan_records
 
 STRIDE = 128
 INDEX_PREFIX = "index."

@@ -22,10 +22,10 @@ from typing import Final
 
 from lavin.api.message import Message, is_persistent
 from lavin.storage import quarantine
-from lavin.storage.decoded_window import WINDOW_MESSAGES, DecodedWindow
 from lavin.storage.disk import ensure_directory, recreate_directory
-from lavin.storage.open_files import OPEN_FILES, PooledDirectory
-from lavin.storage.record import (
+from lavin.storage.segments.decoded_window import WINDOW_MESSAGES, DecodedWindow
+from lavin.storage.segments.open_files import OPEN_FILES, PooledDirectory
+from lavin.storage.segments.record import (
     FILE_HEADER_BYTES,
     FILE_HEADER_SIZE,
     FLAG_PERSISTENT,
@@ -35,7 +35,7 @@ from lavin.storage.record import (
     now_ms,
     record_size,
 )
-from lavin.storage.segment_files import (
+from lavin.storage.segments.segment_files import (
     ACK_PREFIX,
     ReadWindow,
     UnsupportedSegment,

@@ -9,7 +9,7 @@ policies.json           {"policies": [{"vhost": "/", "name": "ttl", "pattern": "
 global_parameters.json  [{"name": "cluster_name", "value": "lavin@host"}]
 ```
 
-Each file is rewritten whole on every change, atomically (lavin.storage.access_files). This
+Each file is rewritten whole on every change, atomically (lavin.storage.metadata.access_files). This
 module reads the JSON; what the entries mean is checked by lavin.broker.policy.policies.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from lavin.config import StartupError
-from lavin.storage.access_files import read_json_document, write_json_atomically
+from lavin.storage.metadata.access_files import read_json_document, write_json_atomically
 
 POLICIES_FILE: Final = "policies.json"
 GLOBAL_PARAMETERS_FILE: Final = "global_parameters.json"

@@ -1,9 +1,9 @@
 """The log of one stream queue: append-only segment files, read by offset.
 
-Records use the segment-store format (`lavin.storage.record`). A message's offset is
+Records use the segment-store format (`lavin.storage.segments.record`). A message's offset is
 implicit: its segment's first offset plus its place in the segment; offsets start at 0,
 have no gaps and are never reused. Each segment keeps a sparse index in memory (see
-`lavin.storage.stream_index`), saved as `index.N` once the segment is sealed and synced.
+`lavin.storage.streams.stream_index`), saved as `index.N` once the segment is sealed and synced.
 Retention deletes whole segments from the front, never the one being written, and only
 segments whose records are all on disk.
 
@@ -30,8 +30,8 @@ from lavin.api.message import Message, is_persistent
 from lavin.api.queue import Retention, StreamType
 from lavin.storage import quarantine
 from lavin.storage.disk import ensure_directory
-from lavin.storage.open_files import OPEN_FILES, PooledDirectory
-from lavin.storage.record import (
+from lavin.storage.segments.open_files import OPEN_FILES, PooledDirectory
+from lavin.storage.segments.record import (
     DAMAGED,
     FILE_HEADER_BYTES,
     FILE_HEADER_SIZE,
@@ -45,7 +45,7 @@ from lavin.storage.record import (
     now_ms,
     record_size,
 )
-from lavin.storage.segment_files import (
+from lavin.storage.segments.segment_files import (
     ReadWindow,
     UnsupportedSegment,
     check_header,
@@ -55,7 +55,7 @@ from lavin.storage.segment_files import (
     segment_path,
     write_at,
 )
-from lavin.storage.stream_index import (
+from lavin.storage.streams.stream_index import (
     INDEX_PREFIX,
     STRIDE,
     SegmentIndex,
