@@ -9,7 +9,8 @@ from typing import Any, Final
 from aiohttp import web
 from lavin.api import errors
 from lavin.broker.access.access_control import AccessControl, NotFoundError
-from lavin.management.definitions import DefinitionsError, export_definitions, import_definitions
+from lavin.management.definitions.exporter import export_definitions
+from lavin.management.definitions.importer import DefinitionsError, import_definitions
 from lavin.management.http.listing import list_reply
 from lavin.management.http.replies import (
     BROKER,

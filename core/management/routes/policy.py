@@ -15,13 +15,9 @@ from lavin.broker.access.access_control import NotFoundError
 from lavin.broker.broker import Broker
 from lavin.broker.policy.policy_rules import PolicyError
 from lavin.broker.vhost import VHost
-from lavin.management.definitions import (
-    VHOST_LIMITS_COMPONENT,
-    DefinitionsError,
-    export_vhost_definitions,
-    import_vhost_definitions,
-    parameters_json,
-)
+from lavin.management.definitions.document import VHOST_LIMITS_COMPONENT
+from lavin.management.definitions.exporter import export_vhost_definitions, parameters_json
+from lavin.management.definitions.importer import DefinitionsError, import_vhost_definitions
 from lavin.management.http.listing import list_reply
 from lavin.management.http.replies import BROKER, ObjectNotFound, done, json_body, reply
 from lavin.management.http.requester import NotAuthorised, requester
