@@ -20,7 +20,7 @@ from lavin.broker.runtime.allocator import tune_allocator
 from lavin.config import Config, StartupError
 from lavin.listeners.amqp import AmqpListeners
 from lavin.listeners.management_plane import ManagementPlane
-from lavin.management.definitions import load_definitions_file
+from lavin.management.definitions.importer import load_definitions_file
 from lavin.plugin_registry import Registry, load_registry
 from lavin.transport.tls import TlsCertificates, TlsSetupError
 

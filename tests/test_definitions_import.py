@@ -105,7 +105,7 @@ def test_an_import_names_each_object_that_fails_and_imports_the_rest(fresh_broke
     assert "binding 'amq.direct' in vhost 'partial': no queue 'missing' in vhost 'partial'" in result.stderr
     assert ["partial"] in rows(ctl_ok(fresh_broker, "list_vhosts"))
     assert ctl_ok(fresh_broker, "authenticate_user", "kim", "pw").endswith("Success\n")
-    assert "ERROR lavin.management.definitions: definitions: binding" in fresh_broker.output
+    assert "ERROR lavin.management.definitions.importer: definitions: binding" in fresh_broker.output
 
 
 @pytest.mark.parametrize(

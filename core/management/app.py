@@ -6,22 +6,52 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Final
 
 from aiohttp import web
 from lavin.broker.broker import Broker
 from lavin.management.http.replies import BROKER, MAX_BODY_SIZE, json_errors
 from lavin.management.http.requester import authenticate_requests, trust_requests
-from lavin.management.prometheus import routes as metrics_routes
-from lavin.management.routes import access as access_routes
-from lavin.management.routes import objects as object_routes
-from lavin.management.routes import policy as policy_routes
-from lavin.management.routes import runtime as runtime_routes
-from lavin.management.routes import tls as tls_routes
-from lavin.management.routes import ui as ui_routes
+from lavin.management.prometheus import routes as metrics
+from lavin.management.routes import (
+    bindings,
+    channels,
+    connections,
+    definitions,
+    exchanges,
+    health,
+    nodes,
+    parameters,
+    permissions,
+    policies,
+    queues,
+    ui,
+    users,
+    vhosts,
+)
 from lavin.transport.tls import TlsCertificates
 from lavin.transport.websocket import add_amqp_websocket_route
 
 AMQP_WEBSOCKET_PATH = "/ws/amqp"
+# Added in this order. aiohttp tries the routes under one static prefix in the order they
+# were added, so where two modules' paths could match one URL the earlier module's wins.
+ROUTE_MODULES: Final = (
+    users,
+    vhosts,
+    permissions,
+    definitions,
+    nodes,
+    connections,
+    channels,
+    health,
+    policies,
+    parameters,
+    exchanges,
+    queues,
+    bindings,
+    ui,
+    metrics,
+)
 
 
 def build_app(
@@ -39,15 +69,10 @@ def build_app(
     identify = trust_requests if trusted else authenticate_requests
     app = web.Application(middlewares=[json_errors, identify], client_max_size=MAX_BODY_SIZE)
     app[BROKER] = broker
-    app.add_routes(access_routes.routes)
-    app.add_routes(runtime_routes.routes)
-    app.add_routes(policy_routes.routes)
-    app.add_routes(object_routes.routes)
-    app.add_routes(ui_routes.routes)
-    app.add_routes(metrics_routes.routes)
-    app.add_routes(tls_routes.routes)
+    for module in ROUTE_MODULES:
+        app.add_routes(module.routes)
     if certificates is not None:
-        app[tls_routes.TLS_CERTIFICATES] = certificates
+        app[nodes.TLS_CERTIFICATES] = certificates
     if websocket_protocol_factory is not None:
         # Room for a message of the largest size the broker takes, with its frames' overhead.
         max_message_size = 2 * broker.config.max_message_size

@@ -10,6 +10,7 @@ errors become HTTP replies, as in RabbitMQ.
 - Errors: RabbitMQ runs declares, deletes, binds and purges as direct AMQP methods, and a
   publish or get on a channel of its own, and reports each its own way (`direct_reply` and
   `channel_reply` below).
+- Lists show a vhost's exchanges and queues by name.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from lavin.api import errors
 from lavin.api.auth import Access, Permission, ResourceKind
+from lavin.broker.queues.queue import Queue
+from lavin.broker.routing.exchange import Exchange
 from lavin.broker.vhost import VHost
 from lavin.management.http.replies import BROKER, ObjectNotFound, error_response
 from lavin.management.http.requester import Requester, requester
@@ -46,6 +49,14 @@ async def visible_vhosts(request: web.Request) -> list[VHost]:
 
 async def _sees(who: Requester, vhost: str) -> bool:
     return who.is_administrator or await who.may_access_vhost(vhost)
+
+
+def exchanges_by_name(vhost: VHost) -> list[Exchange]:
+    return [vhost.exchanges[name] for name in sorted(vhost.exchanges)]
+
+
+def queues_by_name(vhost: VHost) -> list[Queue]:
+    return [vhost.queues[name] for name in sorted(vhost.queues)]
 
 
 class Permissions:

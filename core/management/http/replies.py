@@ -103,6 +103,10 @@ async def json_body(request: web.Request) -> dict[str, Any]:
     return decoded
 
 
+def broker_of(request: web.Request) -> Broker:
+    return request.app[BROKER]
+
+
 def access_of(request: web.Request) -> AccessControl:
     return request.app[BROKER].access
 

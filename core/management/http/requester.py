@@ -35,6 +35,8 @@ REALM: Final = 'Basic realm="RabbitMQ Management"'
 # Paths only a logged-in user may read; the web UI's pages and files are public (they
 # hold no data, and log in to the API from the browser).
 PROTECTED_PREFIXES: Final = ("/api/", "/metrics")
+# RabbitMQ's reason when a user's tags allow the endpoint but not this object.
+NOT_AUTHORISED_OBJECT: Final = "User not authorised to access object"
 
 
 class NotAuthorised(Exception):
@@ -70,9 +72,13 @@ class Requester:
         if not self.is_monitor:
             raise NotAuthorised("Not monitor user")
 
-    def require_policymaker(self) -> None:
-        if not self.is_policymaker:
-            raise NotAuthorised("Not policymaker user")
+    async def require_policymaker(self, vhost: str | None = None) -> None:
+        """RabbitMQ's rule for policies and parameters: an administrator, or a policymaker
+        with access to `vhost` when the path names one."""
+        if self.is_administrator:
+            return
+        if not self.is_policymaker or (vhost is not None and not await self.may_access_vhost(vhost)):
+            raise NotAuthorised(NOT_AUTHORISED_OBJECT)
 
     async def allows(self, access: Access) -> bool:
         """The user's authorizer's answer (awaited when it comes later); a trusted request

@@ -1,5 +1,6 @@
-"""Definition documents in RabbitMQ's JSON: users, vhosts, permissions, topic permissions,
-vhost limits, runtime and global parameters, policies, exchanges, queues and bindings.
+"""Importing a definitions document (RabbitMQ's JSON): users, vhosts, permissions, topic
+permissions, vhost limits, runtime and global parameters, policies, exchanges, queues and
+bindings, for the whole broker or into one vhost.
 
 An import is additive, as RabbitMQ's: it creates what is missing and updates users,
 permissions, parameters and policies, and leaves an exchange or queue that exists as it
@@ -18,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from lavin import __version__
 from lavin.api import errors
 from lavin.api.exchange import Destination
 from lavin.api.printable import printable
@@ -27,6 +27,7 @@ from lavin.broker.policy.policies import PARAMETER_COMPONENTS, check_parameter
 from lavin.broker.policy.policy_rules import PolicyError, parse_policy
 from lavin.broker.vhost import VHost
 from lavin.config import StartupError
+from lavin.management.definitions.document import SECTIONS, VHOST_LIMITS_COMPONENT, VHOST_SECTIONS
 from lavin.management.shapes import access as shapes
 
 if TYPE_CHECKING:
@@ -34,24 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Runtime parameters of this component hold vhost limits (RabbitMQ 3.x exports them so).
-VHOST_LIMITS_COMPONENT = "vhost-limits"
-# Sections in the order RabbitMQ applies them: what a later one names exists by then.
-# Policies come before queues and exchanges, which get them when they are declared.
-SECTIONS = (
-    "users",
-    "vhosts",
-    "permissions",
-    "parameters",
-    "global_parameters",
-    "policies",
-    "exchanges",
-    "topic_permissions",
-    "queues",
-    "bindings",
-)
-# What a per-vhost document (`/api/definitions/{vhost}`) holds.
-VHOST_SECTIONS = ("parameters", "policies", "queues", "exchanges", "bindings")
 SINGULAR = {"policies": "policy", "global_parameters": "global parameter"}
 
 
@@ -124,6 +107,16 @@ def import_definitions(broker: Broker, document: Any) -> ImportReport:
         log.info("definitions: left %s as they were", report.summary("existing"))
     log.info("definitions: imported %s", report.summary("imported") or "nothing")
     return report
+
+
+def import_vhost_definitions(broker: Broker, vhost: VHost, document: Any) -> ImportReport:
+    """A per-vhost document: its parameters, policies, queues, exchanges and bindings, all
+    into `vhost` (whatever vhost they name); the other sections are left aside."""
+    sections = _sections(document)
+    scoped = {
+        section: [{**item, "vhost": vhost.name} for item in sections.get(section, [])] for section in VHOST_SECTIONS
+    }
+    return import_definitions(broker, scoped)
 
 
 def _sections(document: Any) -> dict[str, list[Any]]:
@@ -321,112 +314,3 @@ def _arguments(item: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(arguments, dict):
         raise shapes.BadRequest("arguments must be an object")
     return dict(arguments)
-
-
-def export_definitions(broker: Broker) -> dict[str, Any]:
-    """Everything `import_definitions` takes, in RabbitMQ 3.x's layout (vhost limits as
-    runtime parameters), so RabbitMQ and LavinMQ import it too."""
-    access = broker.access
-    vhost_names = sorted(access.vhosts())
-    vhosts = [broker.vhosts[name] for name in vhost_names if name in broker.vhosts]
-    return {
-        # RabbitMQ's keys for the version that wrote the document: this broker's.
-        "rabbit_version": __version__,
-        "rabbitmq_version": __version__,
-        "product_name": "Lavin",
-        "product_version": __version__,
-        "users": [shapes.user_json(user) for user in sorted(access.users(), key=lambda user: user.name)],
-        "vhosts": [
-            {"name": name, "limits": access.vhost_limits(name), "metadata": {"description": "", "tags": []}}
-            for name in vhost_names
-        ],
-        "permissions": [
-            shapes.permission_json(user, vhost, permissions)
-            for user, vhost, permissions in sorted(access.permissions(), key=lambda entry: (entry[1], entry[0]))
-        ],
-        "topic_permissions": [
-            shapes.topic_permission_json(user, vhost, exchange, permissions)
-            for user, vhost, exchange, permissions in sorted(
-                access.topic_permissions(), key=lambda entry: (entry[1], entry[0], entry[2])
-            )
-        ],
-        "parameters": [item for vhost in vhosts for item in parameters_json(broker, vhost)],
-        "global_parameters": broker.global_parameters.to_json(),
-        "policies": [policy.to_json() for vhost in vhosts for policy in vhost.policies.policies.values()],
-        "queues": [
-            {
-                "name": queue.name,
-                "vhost": vhost.name,
-                "durable": queue.durable,
-                "auto_delete": queue.auto_delete,
-                "arguments": dict(queue.arguments),
-            }
-            for vhost in vhosts
-            for queue in vhost.queues.values()
-            if queue.exclusive_owner is None
-        ],
-        "exchanges": [
-            {
-                "name": exchange.name,
-                "vhost": vhost.name,
-                "type": exchange.type_name,
-                "durable": exchange.durable,
-                "auto_delete": exchange.auto_delete,
-                "internal": exchange.internal,
-                "arguments": dict(exchange.arguments),
-            }
-            for vhost in vhosts
-            for exchange in vhost.exchanges.values()
-            if exchange.name and not exchange.name.startswith("amq.")
-        ],
-        "bindings": [
-            {
-                "source": exchange.name,
-                "vhost": vhost.name,
-                "destination": binding.destination.name,
-                "destination_type": binding.destination.kind,
-                "routing_key": binding.routing_key,
-                "arguments": dict(binding.arguments),
-            }
-            for vhost in vhosts
-            for exchange in vhost.exchanges.values()
-            if exchange.name
-            for binding in exchange.table.bindings()
-        ],
-    }
-
-
-def parameters_json(broker: Broker, vhost: VHost) -> list[dict[str, Any]]:
-    """A vhost's runtime parameters as RabbitMQ lists them: its limits (component
-    `vhost-limits`) and the parameters stored for plugins."""
-    policies = vhost.policies
-    items = [
-        policies.parameter_json(component, name, value) for (component, name), value in policies.parameters.items()
-    ]
-    limits = broker.access.vhost_limits(vhost.name)
-    if limits:
-        items.insert(0, policies.parameter_json(VHOST_LIMITS_COMPONENT, "limits", limits))
-    return items
-
-
-def export_vhost_definitions(broker: Broker, vhost: VHost) -> dict[str, Any]:
-    """RabbitMQ's per-vhost document: parameters and policies, and the vhost's queues,
-    exchanges and bindings without their `vhost` key."""
-    everything = export_definitions(broker)
-    document: dict[str, Any] = {"rabbit_version": __version__}
-    for section in VHOST_SECTIONS:
-        kept = [item for item in everything[section] if item.get("vhost") == vhost.name]
-        if section in ("queues", "exchanges", "bindings"):
-            kept = [{key: value for key, value in item.items() if key != "vhost"} for item in kept]
-        document[section] = kept
-    return document
-
-
-def import_vhost_definitions(broker: Broker, vhost: VHost, document: Any) -> ImportReport:
-    """A per-vhost document: its parameters, policies, queues, exchanges and bindings, all
-    into `vhost` (whatever vhost they name); the other sections are left aside."""
-    sections = _sections(document)
-    scoped = {
-        section: [{**item, "vhost": vhost.name} for item in sections.get(section, [])] for section in VHOST_SECTIONS
-    }
-    return import_definitions(broker, scoped)

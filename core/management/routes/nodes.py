@@ -1,0 +1,73 @@
+"""The endpoints for the node and the broker as a whole, with RabbitMQ's paths, JSON and
+status codes:
+
+- `/api/overview`: any management user; the totals count what it may see (every vhost and
+  connection for a `monitoring` user or an administrator);
+- `/api/cluster-name`, `/api/extensions`: any management user;
+- `/api/nodes`, `/api/nodes/{node}`: `monitoring` (or `administrator`);
+- `/api/tls/reload` (POST, Lavin's own; `lavin ctl reload_tls`, as SIGHUP does):
+  `administrator`. New TLS connections get the files as they are now, open ones keep theirs.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from aiohttp import web
+from lavin.management.http.listing import list_reply
+from lavin.management.http.replies import ObjectNotFound, broker_of, done, error_response, reply
+from lavin.management.http.requester import requester
+from lavin.management.http.runtime_access import visible_connections
+from lavin.management.shapes import runtime as shapes
+from lavin.transport.tls import TlsCertificates, TlsSetupError
+
+TLS_CERTIFICATES: Final = web.AppKey("tls_certificates", TlsCertificates)
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/api/overview")
+async def overview(request: web.Request) -> web.Response:
+    who, broker = requester(request), broker_of(request)
+    everyone = broker.stats.snapshots()
+    vhosts = await who.visible_vhosts(broker.vhosts)
+    connections = [c for c in visible_connections(who, everyone) if c.vhost in vhosts]
+    return reply(shapes.overview_json(broker, vhosts, everyone, connections, who.is_monitor))
+
+
+@routes.get("/api/cluster-name")
+async def cluster_name(request: web.Request) -> web.Response:
+    return reply({"name": shapes.node_name(broker_of(request))})
+
+
+@routes.get("/api/extensions")
+async def extensions(request: web.Request) -> web.Response:
+    return reply([])
+
+
+@routes.get("/api/nodes")
+async def list_nodes(request: web.Request) -> web.Response:
+    requester(request).require_monitor()
+    return list_reply(request, [shapes.node_json(broker_of(request))])
+
+
+@routes.get("/api/nodes/{node}")
+async def get_node(request: web.Request) -> web.Response:
+    requester(request).require_monitor()
+    broker = broker_of(request)
+    if request.match_info["node"] != shapes.node_name(broker):
+        raise ObjectNotFound
+    return reply(shapes.node_json(broker))
+
+
+@routes.post("/api/tls/reload")
+async def reload_certificates(request: web.Request) -> web.Response:
+    requester(request).require_administrator()
+    certificates = request.app.get(TLS_CERTIFICATES)
+    if certificates is None:
+        return error_response(400, "bad_request", "TLS is not configured: no tls_cert")
+    try:
+        certificates.reload()
+    except TlsSetupError as exc:
+        return error_response(400, "bad_request", f"TLS certificates not reloaded, keeping the current ones: {exc}")
+    return done()
