@@ -1,4 +1,4 @@
-"""Every queue argument the broker knows, one row each.
+"""Every queue argument the broker knows, one row each, and the docs' table made from them.
 
 The rows are the one place a queue argument is declared. From them come:
 
@@ -11,11 +11,16 @@ The rows are the one place a queue argument is declared. From them come:
   queue acts on when both set one (`precedence`, `precedence_by_type`), in
   `lavin.broker.policy.policy_rules`;
 - the arguments a stream refuses (`refused_by` naming `stream`), in
-  `lavin.broker.queues.stream_queue`.
+  `lavin.broker.queues.stream_queue`;
+- the table in docs/queue-semantics.md (`markdown_table`).
 
 To add a queue argument, add its row. When the core acts on it, give the row a `setting`
 and add that field to `QueueSettings` (which the queue reads); when a queue type checks it
-instead, say which in `checked_by` and leave `setting` out.
+instead, say which in `checked_by` and leave `setting` out. Then paste `markdown_table()`
+into docs/queue-semantics.md between the markers (tests/test_queue_argument_table.py fails
+until the two agree):
+
+    python -c "from lavin.broker.policy.queue_arguments import markdown_table; print(markdown_table())"
 
 The row types and the kinds of value are in `lavin.broker.policy.argument_rows`.
 """
@@ -216,3 +221,43 @@ QUEUE_ARGUMENTS: Final = (
 def refused_by(type_name: str) -> frozenset[str]:
     """The arguments a queue type refuses outright."""
     return frozenset(row.name for row in QUEUE_ARGUMENTS if type_name in row.refused_by)
+
+
+# ---- the docs' table ------------------------------------------------------------------------
+
+COLUMNS: Final = (
+    "argument",
+    "value",
+    "checked at declare by",
+    "compared on redeclare",
+    "policy key",
+    "operator policies",
+    "when both set",
+    "refused by",
+)
+
+
+def _precedence_text(precedence: Precedence | None) -> str:
+    return "no effect" if precedence is None else precedence.value
+
+
+def _cells(row: Argument) -> tuple[str, ...]:
+    value = row.kind.describe()
+    if row.requires is not None:
+        value += f"; needs `{row.requires.argument}`"
+    if row.policy_key is None:
+        policy, operator, wins = "—", "—", "—"
+    else:
+        policy = f"`{row.policy_key}`"
+        operator = "yes" if row.operator_policy else "no"
+        exceptions = (f"{type_name}: {_precedence_text(rule)}" for type_name, rule in row.precedence_by_type)
+        wins = "; ".join((_precedence_text(row.precedence), *exceptions))
+    refused = ", ".join(sorted(row.refused_by)) or "—"
+    compared = "yes" if row.compared else "no"
+    return (f"`{row.name}`", value, row.checked_by, compared, policy, operator, wins, refused)
+
+
+def markdown_table() -> str:
+    """The rows as the Markdown table docs/queue-semantics.md shows."""
+    lines = [COLUMNS, tuple("---" for _ in COLUMNS), *(_cells(row) for row in QUEUE_ARGUMENTS)]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
