@@ -110,6 +110,74 @@ def test_redeclare_with_different_property_is_precondition_failed(
         amqp.new_channel().queue_declare(queue, **first)
 
 
+@pytest.mark.parametrize(
+    ("first", "second", "arg", "received", "current"),
+    [
+        pytest.param(
+            {"x-overflow": "reject-publish", "x-message-ttl": 1000},
+            {"x-overflow": "drop-head", "x-message-ttl": 2000},
+            "x-message-ttl",
+            "the value '2000' of type 'signedint'",
+            "the value '1000' of type 'signedint'",
+            id="ttl-before-overflow",
+        ),
+        pytest.param(
+            {"x-dead-letter-exchange": "a", "x-dead-letter-routing-key": "k"},
+            {"x-dead-letter-exchange": "b", "x-dead-letter-routing-key": "j"},
+            "x-dead-letter-exchange",
+            "the value 'b' of type 'longstr'",
+            "the value 'a' of type 'longstr'",
+            id="exchange-before-routing-key",
+        ),
+    ],
+)
+def test_a_redeclare_differing_in_several_arguments_names_the_first_in_table_order(
+    broker: BrokerProcess, first: dict[str, Any], second: dict[str, Any], arg: str, received: str, current: str
+) -> None:
+    # The order of lavin.broker.policy.queue_arguments.QUEUE_ARGUMENTS.
+    with open_session(broker.url) as amqp:
+        queue = amqp.declare_queue(arguments=first)
+        with closes_channel(406, inequivalent_text("queue", queue, arg, received, current)):
+            amqp.channel.queue_declare(queue, arguments=second)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reply_text"),
+    [
+        pytest.param(
+            {"x-message-ttl": -1, "x-overflow": "bad"},
+            "invalid arg 'x-overflow' for {q}: invalid_overflow",
+            id="overflow",
+        ),
+        pytest.param(
+            {"x-dead-letter-exchange": 7, "x-dead-letter-routing-key": 8},
+            "invalid arg 'x-dead-letter-routing-key' for {q}: {{unacceptable_type,signedint}}",
+            id="routing-key-before-exchange",
+        ),
+        pytest.param(
+            {"x-queue-type": "quorum", "x-message-ttl": -1, "x-max-priority": 5},
+            "invalid arg 'x-max-priority' for {q}",
+            id="quorum-refusal-before-ttl",
+        ),
+        pytest.param(
+            {"x-queue-type": "quorum", "x-queue-mode": "lazy", "x-delivery-limit": -1},
+            "invalid arg 'x-delivery-limit' for {q}: {{value_negative,-1}}",
+            id="delivery-limit-before-quorum-refusal",
+        ),
+    ],
+)
+def test_a_declare_with_several_invalid_arguments_names_the_first_checked(
+    broker: BrokerProcess, arguments: dict[str, Any], reply_text: str
+) -> None:
+    # lavin.broker.policy.arguments.DECLARE_CHECK_ORDER.
+    with open_session(broker.url) as amqp:
+        queue = unique_name("several-invalid")
+        text = reply_text.format(q=resource("queue", queue))
+        with closes_channel(406, f"PRECONDITION_FAILED - {text}"):
+            amqp.channel.queue_declare(queue, durable=True, arguments=arguments)
+        assert not exists(amqp.connection, "queue", queue)
+
+
 def test_redeclare_ignores_arguments_the_broker_does_not_know(broker: BrokerProcess) -> None:
     with open_session(broker.url) as amqp:
         queue = amqp.declare_queue(arguments={"x-custom": "one"})

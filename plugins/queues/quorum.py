@@ -9,7 +9,8 @@ its own, split between this type and the core:
 - The core refuses `x-max-priority` and `x-queue-mode` ("invalid arg 'x-max-priority' for
   queue 'q' in vhost '/'", as RabbitMQ 3.10 does), counts the deliveries of every quorum
   queue (the `x-delivery-count` header, also without `x-delivery-limit`) and treats
-  `x-overflow: reject-publish-dlx` as `drop-head`, as 3.10 does (`lavin.broker.policy.arguments`).
+  `x-overflow: reject-publish-dlx` as `drop-head`, as 3.10 does (`lavin.broker.policy.arguments`;
+  the refusals are the `refused_by` of the rows in `lavin.broker.policy.queue_arguments`).
 - Accepted and checked here, with RabbitMQ's texts: `x-dead-letter-strategy`
   (`at-most-once`, `at-least-once`), `x-quorum-initial-group-size` (a positive integer),
   `x-max-in-memory-length` and `x-max-in-memory-bytes` (non-negative integers). The group

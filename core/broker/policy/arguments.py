@@ -1,4 +1,6 @@
-"""Declare-time argument rules: which queue type, and when a redeclare is equivalent.
+"""Declare-time argument rules: which queue type, which arguments are valid, and when a
+redeclare is equivalent. The arguments themselves are rows of
+`lavin.broker.policy.queue_arguments` (and `EXCHANGE_ARGUMENTS` below).
 
 As RabbitMQ does, only the arguments the broker understands take part in the
 equivalence check; unknown `x-` arguments are stored but never compared.
@@ -7,31 +9,30 @@ equivalence check; unknown `x-` arguments are stored but never compared.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from lavin.api import errors
-from lavin.api.arguments import field_type
+from lavin.api.arguments import InvalidArgument, field_type
+from lavin.broker.policy.argument_rows import Argument, Precedence, Text
+from lavin.broker.policy.queue_arguments import QUEUE_ARGUMENTS
 
 if TYPE_CHECKING:
     from lavin.broker.queues.queue import Queue
     from lavin.broker.routing.exchange import Exchange
 
-COMPARED_QUEUE_ARGUMENTS = (
-    "x-queue-type",
-    "x-message-ttl",
-    "x-expires",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-single-active-consumer",
-    "x-delivery-limit",
-    "x-queue-mode",
-    "x-consumer-timeout",
+# The exchange arguments the broker knows, as rows like the queues' (`queue_arguments`).
+EXCHANGE_ARGUMENTS: Final = (
+    Argument(
+        "alternate-exchange",
+        Text(),
+        compared=True,
+        policy_key="alternate-exchange",
+        policy_reason="is not a valid alternate exchange name",
+        precedence=Precedence.ARGUMENT,
+    ),
 )
-COMPARED_EXCHANGE_ARGUMENTS = ("alternate-exchange",)
+COMPARED_QUEUE_ARGUMENTS: Final = tuple(row.name for row in QUEUE_ARGUMENTS if row.compared)
+COMPARED_EXCHANGE_ARGUMENTS: Final = tuple(row.name for row in EXCHANGE_ARGUMENTS if row.compared)
 
 
 def queue_type_name(arguments: dict[str, Any]) -> str:
@@ -117,19 +118,36 @@ def _check_arguments(
             )
 
 
-OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
-
-# Arguments a queue type refuses outright, by type name, with RabbitMQ's text and no
-# reason: "invalid arg 'x-max-priority' for queue 'q' in vhost '/'" (quorum, as in 3.10).
-REFUSED_QUEUE_ARGUMENTS: dict[str, tuple[str, ...]] = {"quorum": ("x-max-priority", "x-queue-mode")}
 # A quorum queue counts every message's deliveries (for `x-delivery-count`) also without
 # `x-delivery-limit`: an unreachable limit does that (counts are 32-bit).
 UNLIMITED_DELIVERIES = 2**32
+# Checked first at declare, in this order, then the other rows in table order: the order
+# these checks have always run in, so that a declare with several invalid arguments is
+# refused naming the same one. A new row needs no entry here.
+CHECKED_FIRST: Final = (
+    "x-overflow",
+    "x-dead-letter-routing-key",
+    "x-dead-letter-exchange",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+    "x-max-priority",
+    "x-queue-mode",
+)
+
+
+def _declare_check_order() -> tuple[Argument, ...]:
+    by_name = {row.name: row for row in QUEUE_ARGUMENTS}
+    first = tuple(by_name[name] for name in CHECKED_FIRST)
+    return first + tuple(row for row in QUEUE_ARGUMENTS if row not in first)
+
+
+DECLARE_CHECK_ORDER: Final = _declare_check_order()
 
 
 @dataclass(frozen=True)
 class QueueSettings:
-    """The queue arguments the core acts on, validated once at declare time."""
+    """The queue arguments the core acts on, validated once at declare time; each field is
+    the `setting` of one row of `queue_arguments`."""
 
     message_ttl: int | None = None  # ms
     expires: int | None = None  # ms
@@ -144,63 +162,29 @@ class QueueSettings:
 
 
 def parse_queue_settings(queue: str, vhost: str, arguments: dict[str, Any]) -> QueueSettings:
-    """Validate the arguments RabbitMQ validates, with its error texts (406)."""
-
-    def invalid(arg: str, reason: str) -> errors.PreconditionFailed:
-        return errors.PreconditionFailed(f"invalid arg '{arg}' for queue '{queue}' in vhost '{vhost}': {reason}")
-
-    def integer(arg: str, minimum: int) -> int | None:
-        value = arguments.get(arg)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise invalid(arg, f'"expected integer, got {field_type(value)}"')
-        if value < minimum:
-            raise invalid(arg, f"{{value_negative,{value}}}" if value < 0 else f"{{value_zero,{value}}}")
-        return value
-
-    def text(arg: str) -> str | None:
-        value = arguments.get(arg)
-        if value is None:
-            return None
-        if isinstance(value, bytes):  # a long string that is not UTF-8
-            raise invalid(arg, "invalid_utf8")
-        if not isinstance(value, str):
-            raise invalid(arg, f"{{unacceptable_type,{field_type(value)}}}")
-        return value
-
-    overflow = text("x-overflow") or "drop-head"
-    if overflow not in OVERFLOW_MODES:
-        raise invalid("x-overflow", "invalid_overflow")
-    routing_key = text("x-dead-letter-routing-key")
-    exchange = text("x-dead-letter-exchange")
-    if routing_key is not None and exchange is None:
-        raise invalid("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
-    single_active = arguments.get("x-single-active-consumer", False)
-    if not isinstance(single_active, bool):
-        raise invalid("x-single-active-consumer", f"{{unacceptable_type,{field_type(single_active)}}}")
-    delivery_limit = integer("x-delivery-limit", 0)
+    """Check the arguments the core acts on and those the queue's type refuses, with
+    RabbitMQ's texts (406)."""
+    resource = f"queue '{queue}' in vhost '{vhost}'"
     type_name = queue_type_name(arguments)
-    for refused in REFUSED_QUEUE_ARGUMENTS.get(type_name, ()):
-        if arguments.get(refused) is not None:
-            raise errors.PreconditionFailed(f"invalid arg '{refused}' for queue '{queue}' in vhost '{vhost}'")
+    values: dict[str, Any] = {}
+    for row in DECLARE_CHECK_ORDER:
+        if type_name in row.refused_by:
+            if arguments.get(row.name) is not None:  # no reason given, as in RabbitMQ 3.10
+                raise errors.PreconditionFailed(f"invalid arg '{row.name}' for {resource}")
+        elif row.setting is not None:
+            try:
+                value = values[row.setting] = row.kind.parse(arguments, row.name)
+                if row.requires is not None and value is not None and arguments.get(row.requires.argument) is None:
+                    raise InvalidArgument(row.name, row.requires.reason)
+            except InvalidArgument as exc:
+                raise errors.PreconditionFailed(f"invalid arg '{exc.argument}' for {resource}: {exc.reason}") from None
     if type_name == "quorum":
         # RabbitMQ 3.10 logs a warning and uses its default for reject-publish-dlx.
-        overflow = "drop-head" if overflow == "reject-publish-dlx" else overflow
-        if delivery_limit is None:
-            delivery_limit = UNLIMITED_DELIVERIES
-    return QueueSettings(
-        message_ttl=integer("x-message-ttl", 0),
-        expires=integer("x-expires", 1),
-        max_length=integer("x-max-length", 0),
-        max_length_bytes=integer("x-max-length-bytes", 0),
-        overflow=overflow,
-        dead_letter_exchange=exchange,
-        dead_letter_routing_key=routing_key,
-        delivery_limit=delivery_limit,
-        single_active_consumer=single_active,
-        consumer_timeout=integer("x-consumer-timeout", 0),
-    )
+        if values["overflow"] == "reject-publish-dlx":
+            values["overflow"] = "drop-head"
+        if values["delivery_limit"] is None:
+            values["delivery_limit"] = UNLIMITED_DELIVERIES
+    return QueueSettings(**values)
 
 
 def parse_consumer_priority(queue: str, vhost: str, arguments: dict[str, Any]) -> int:

@@ -4,9 +4,10 @@ A policy `{pattern, apply-to, priority, definition}` matches queues and exchange
 vhost by name (a regular expression search). Of the policies that match, the one with
 the highest priority applies, alone; so does the highest-priority operator policy, whose
 numeric limits are merged with the policy's, the lower value winning. Between the
-merged definition and a queue's `x-` argument, the lower value wins for the numeric
-limits and the argument wins for the rest (for quorum queues the policy wins for
-`overflow` and `expires`, as in RabbitMQ 3.10). Validation texts are RabbitMQ's.
+merged definition and a queue's `x-` argument, each key's row in
+`lavin.broker.policy.queue_arguments` says which wins (the lower value, the argument, or
+for some queue types the policy), and which keys a policy may set at all. Validation
+texts are RabbitMQ's.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from lavin.api.arguments import parse_duration
-from lavin.broker.policy.arguments import OVERFLOW_MODES, QueueSettings, parse_queue_settings
+from lavin.broker.policy.argument_rows import Argument, Precedence
+from lavin.broker.policy.arguments import EXCHANGE_ARGUMENTS, QueueSettings, parse_queue_settings
+from lavin.broker.policy.queue_arguments import QUEUE_ARGUMENTS
 
 APPLY_TO: Final = ("all", "queues", "classic_queues", "quorum_queues", "streams", "exchanges")
 # The apply-to value that names a queue type; other types match `all` and `queues` only.
@@ -28,7 +30,6 @@ TYPE_APPLY_TO: Final = {
     "quorum": "quorum_queues",
     "stream": "streams",
 }
-MAX_SEGMENT_SIZE: Final = 3_000_000_000  # RabbitMQ's ?MAX_STREAM_MAX_SEGMENT_SIZE
 
 
 class PolicyError(ValueError):
@@ -58,91 +59,27 @@ def erlang_term(value: Any) -> str:
 
 # ---- definition keys ------------------------------------------------------------------------
 
-
-def _integer(minimum: int, maximum: int | None = None) -> Callable[[Any], bool]:
-    def check(value: Any) -> bool:
-        return (
-            isinstance(value, int)
-            and not isinstance(value, bool)
-            and value >= minimum
-            and (maximum is None or value <= maximum)
-        )
-
-    return check
-
-
-def _one_of(*choices: Any) -> Callable[[Any], bool]:
-    return lambda value: not isinstance(value, bool) and value in choices
-
-
-def _text(value: Any) -> bool:
-    return isinstance(value, str)
-
-
-def _duration(value: Any) -> bool:
-    return isinstance(value, str) and parse_duration(value) is not None
-
-
-def _anything(value: Any) -> bool:
-    return True
-
-
-# key -> (check, RabbitMQ's reason after the value); rabbit_policies and the federation
-# plugin's keys. Keys Lavin stores without acting on them are here too, so that a
-# RabbitMQ export imports: queue-mode, queue-version, the in-memory limits, the cluster
-# and mirroring keys (mirroring has no meaning on one node), federation-upstream(-set).
-POLICY_KEYS: Final[dict[str, tuple[Callable[[Any], bool], str]]] = {
-    "alternate-exchange": (_text, "is not a valid alternate exchange name"),
-    "dead-letter-exchange": (_text, "is not a valid dead letter exchange name"),
-    "dead-letter-routing-key": (_text, "is not a valid dead letter routing key"),
-    "dead-letter-strategy": (_one_of("at-most-once", "at-least-once"), "is not a valid dead letter strategy"),
-    "message-ttl": (_integer(0), "is not a valid message TTL"),
-    "expires": (_integer(1), "is not a valid queue expiry"),
-    "max-length": (_integer(0), "is not a valid maximum length"),
-    "max-length-bytes": (_integer(0), "is not a valid maximum length in bytes"),
-    "max-in-memory-length": (_integer(0), "is not a valid maximum memory in bytes"),
-    "max-in-memory-bytes": (_integer(0), "is not a valid maximum memory in bytes"),
-    "queue-mode": (_one_of("default", "lazy"), "is not a valid queue-mode value"),
-    "queue-version": (_one_of(1, 2), "is not a valid queue-version value"),
-    "overflow": (_one_of(*OVERFLOW_MODES), "is not a valid overflow value"),
-    "delivery-limit": (_integer(0), "is not a valid delivery limit"),
-    "max-age": (_duration, "is not a valid max age"),
-    "stream-max-segment-size-bytes": (_integer(0, MAX_SEGMENT_SIZE), "is not a valid segment size"),
-    "queue-leader-locator": (
-        _one_of("client-local", "balanced", "random", "least-leaders"),
-        "is not a valid queue leader locator value",
-    ),
-    "initial-cluster-size": (_integer(0), "is not a valid cluster size"),
-    "ha-mode": (_anything, ""),
-    "ha-params": (_anything, ""),
-    "ha-sync-mode": (_anything, ""),
-    "ha-sync-batch-size": (_anything, ""),
-    "ha-promote-on-shutdown": (_anything, ""),
-    "ha-promote-on-failure": (_anything, ""),
-    "queue-master-locator": (_anything, ""),
+# The keys a policy may set: the rows' policy keys (rabbit_policies'), queues' and
+# exchanges'. Keys Lavin stores without acting on them are rows too, so that a RabbitMQ
+# export imports: queue-mode, queue-version, the in-memory limits, the cluster keys.
+POLICY_KEYS: Final[dict[str, Argument]] = {
+    row.policy_key: row for row in (*QUEUE_ARGUMENTS, *EXCHANGE_ARGUMENTS) if row.policy_key is not None
 }
-# The federation plugin's own check, with its text.
+# Mirroring keys, stored with any value (mirroring has no meaning on one node).
+MIRRORING_KEYS: Final = (
+    "ha-mode",
+    "ha-params",
+    "ha-sync-mode",
+    "ha-sync-batch-size",
+    "ha-promote-on-shutdown",
+    "ha-promote-on-failure",
+    "queue-master-locator",
+)
+# The federation plugin's keys, with its own check and text.
 FEDERATION_KEYS: Final = ("federation-upstream", "federation-upstream-set")
-OPERATOR_POLICY_KEYS: Final = frozenset(
-    {"expires", "message-ttl", "max-length", "max-length-bytes", "max-in-memory-length", "max-in-memory-bytes",
-     "delivery-limit"}
-)  # fmt: skip
-# Merged between a policy and an operator policy, and between them and an argument: the lower wins.
-LOWEST_WINS: Final = {
-    "message-ttl": "message_ttl",
-    "expires": "expires",
-    "max-length": "max_length",
-    "max-length-bytes": "max_length_bytes",
-    "delivery-limit": "delivery_limit",
-}
-# The queue's argument wins over these.
-ARGUMENT_WINS: Final = {
-    "overflow": "overflow",
-    "dead-letter-exchange": "dead_letter_exchange",
-    "dead-letter-routing-key": "dead_letter_routing_key",
-}
-# A quorum queue takes these from the policy even when an argument sets them.
-QUORUM_POLICY_WINS: Final = frozenset({"overflow", "expires"})
+# An operator policy caps what policies and arguments ask for: it sets numeric limits only,
+# and where the policy sets one too, the lower value wins.
+OPERATOR_POLICY_KEYS: Final = frozenset(key for key, row in POLICY_KEYS.items() if row.operator_policy)
 
 
 def _definition_errors(definition: Any, *, operator: bool) -> list[str]:
@@ -157,11 +94,13 @@ def _definition_errors(definition: Any, *, operator: bool) -> list[str]:
             if not isinstance(value, str):
                 return [f"{key} should be binary, actually was {erlang_term(value)}"]
             continue
-        rule = POLICY_KEYS.get(key)
-        if rule is None or (operator and key not in OPERATOR_POLICY_KEYS):
+        if key in MIRRORING_KEYS and not operator:
+            continue
+        row = POLICY_KEYS.get(key)
+        if row is None or (operator and key not in OPERATOR_POLICY_KEYS):
             unknown.append(key)
-        elif not rule[0](value):
-            return [f"{erlang_term(value)} {rule[1]}"]
+        elif not row.kind.fits_policy(value):
+            return [f"{erlang_term(value)} {row.policy_reason}"]
     if unknown:
         terms = ",".join(f"{{{erlang_term(key)},{erlang_term(definition[key])}}}" for key in unknown)
         return [f"[{terms}] are not recognised policy settings"]
@@ -257,12 +196,7 @@ def effective_definition(policy: Policy | None, operator: Policy | None) -> dict
     merged = dict(policy.definition) if policy is not None else {}
     for key, value in (operator.definition if operator is not None else {}).items():
         current = merged.get(key)
-        if current is None:
-            merged[key] = value
-        elif key in LOWEST_WINS or key in ("max-in-memory-length", "max-in-memory-bytes"):
-            merged[key] = min(current, value)
-        elif isinstance(current, bool) and isinstance(value, bool):
-            merged[key] = value
+        merged[key] = value if current is None else min(current, value)  # OPERATOR_POLICY_KEYS only
     return dict(sorted(merged.items()))
 
 
@@ -273,14 +207,16 @@ def queue_settings(
     settings = parse_queue_settings(queue, vhost, arguments)
     changes: dict[str, Any] = {}
     for key, value in definition.items():
-        attribute = LOWEST_WINS.get(key) or ARGUMENT_WINS.get(key)
-        if attribute is None:
-            continue
-        declared = arguments.get(f"x-{key}")
-        if declared is None or (type_name == "quorum" and key in QUORUM_POLICY_WINS):
-            changes[attribute] = value
-        elif key in LOWEST_WINS:
-            changes[attribute] = min(getattr(settings, attribute), value)
+        row = POLICY_KEYS.get(key)
+        if row is None or row.setting is None:
+            continue  # not a queue setting
+        precedence = row.precedence_for(type_name)
+        if precedence is None:
+            continue  # stored, with no effect on this type
+        if arguments.get(row.name) is None or precedence is Precedence.POLICY:
+            changes[row.setting] = value
+        elif precedence is Precedence.LOWEST:
+            changes[row.setting] = min(getattr(settings, row.setting), value)
     if type_name == "quorum" and changes.get("overflow") == "reject-publish-dlx":
         changes["overflow"] = "drop-head"  # as for the argument: quorum queues have no such mode
     return dataclasses.replace(settings, **changes) if changes else settings

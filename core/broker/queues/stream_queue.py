@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from lavin.api import Message, StreamType, errors
 from lavin.api.printable import printable
 from lavin.broker.policy.arguments import QueueSettings, check_durable_declaration
+from lavin.broker.policy.queue_arguments import refused_by
 from lavin.broker.queues.consumer import Consumer
 from lavin.broker.queues.queue import DRAIN_BATCH, NEEDS_SYNC, Queue, QueueDeclaration
 from lavin.broker.queues.stream_consumer import (
@@ -37,18 +38,7 @@ log = logging.getLogger(__name__)
 RETENTION_INTERVAL = 60.0  # seconds between retention checks of an idle stream
 
 # Arguments that make no sense for a log, refused at declare as RabbitMQ refuses them.
-UNSUPPORTED_ARGUMENTS = frozenset(
-    {
-        "x-dead-letter-exchange",
-        "x-dead-letter-routing-key",
-        "x-delivery-limit",
-        "x-expires",
-        "x-max-priority",
-        "x-message-ttl",
-        "x-overflow",
-        "x-single-active-consumer",
-    }
-)
+UNSUPPORTED_ARGUMENTS = refused_by("stream")
 
 
 def check_stream_declaration(
