@@ -1,28 +1,23 @@
-"""Broker settings and the INI loader (settings.py), and which plugins are installed.
+"""Broker settings (settings.py), the INI loader (loader.py), and which plugins are installed
+(plugin_groups.py).
 
 These are the names the rest of Lavin imports from `lavin.config`.
 """
 
-from lavin.config.settings import (
+from lavin.config.errors import StartupError
+from lavin.config.loader import INI_KEYS, read_config_file, resolve_config
+from lavin.config.plugin_groups import (
     ALWAYS_ON_GROUPS,
     AUTH_GROUP,
-    DISABLED_PORT,
-    EVENT_LOOPS,
     EXCHANGE_GROUP,
     HOOK_PLUGIN_GROUP,
-    INI_KEYS,
-    LOG_LEVELS,
     PLUGIN_GROUPS,
     QUEUE_GROUP,
-    Config,
     InstalledPlugin,
-    MiB,
-    StartupError,
     installed_plugins,
-    parse_bytes,
-    read_config_file,
-    resolve_config,
 )
+from lavin.config.settings import DISABLED_PORT, EVENT_LOOPS, LOG_LEVELS, Config, MiB
+from lavin.config.values import parse_bytes
 
 __all__ = [
     "ALWAYS_ON_GROUPS",

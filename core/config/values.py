@@ -1,0 +1,41 @@
+"""How a setting's text in the config file becomes its value."""
+
+from __future__ import annotations
+
+import configparser
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def optional_path(text: str) -> Path | None:
+    return Path(text) if text else None
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def parse_boolean(text: str) -> bool:
+    """INI booleans as configparser reads them: true/false, yes/no, on/off, 1/0."""
+    value = configparser.ConfigParser.BOOLEAN_STATES.get(text.lower())
+    if value is None:
+        raise ValueError("expected true or false")
+    return value
+
+
+# RabbitMQ's information units, in any case: decimal (kB, MB, ...) and binary (K, Ki, KiB, ...).
+BYTE_UNITS: Mapping[str, int] = {
+    "": 1,
+    **{letter + "b": 1000**power for power, letter in enumerate("kmgt", 1)},
+    **{letter + suffix: 1024**power for power, letter in enumerate("kmgt", 1) for suffix in ("", "i", "ib")},
+}
+
+
+def parse_bytes(text: str) -> int:
+    """A number of bytes with an optional unit, as RabbitMQ's config takes it: `50000000`,
+    `50MB` (10^6 each), `512MiB`, `512Mi` or `512M` (2^20 each)."""
+    match = re.fullmatch(r"(\d+)\s*([A-Za-z]*)", text)
+    if match is None or match[2].lower() not in BYTE_UNITS:
+        raise ValueError("expected a number of bytes with an optional unit (kB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    return int(match[1]) * BYTE_UNITS[match[2].lower()]
