@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from lavin.config.errors import StartupError
-from lavin.config.settings import Config
-from lavin.config.values import comma_list, optional_path, parse_boolean, parse_bytes
+from lavin.config.settings import SETTINGS, Config
 
 log = logging.getLogger(__name__)
 
@@ -23,50 +22,10 @@ log = logging.getLogger(__name__)
 PLUGIN_SECTION_PREFIX: Final = "plugin."
 
 # INI (section, key) -> Config field and how to parse the text.
-INI_KEYS: Mapping[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
-    ("main", "data_dir"): ("data_dir", Path),
-    ("main", "plugins"): ("plugins", comma_list),
-    ("main", "log_level"): ("log_level", str),
-    ("main", "segment_size"): ("segment_size", int),
-    ("main", "auth_backends"): ("auth_backends", comma_list),
-    ("main", "default_vhost"): ("default_vhost", str),
-    ("main", "default_user"): ("default_user", str),
-    ("main", "default_password"): ("default_password", str),
-    ("main", "default_user_only_loopback"): ("default_user_only_loopback", parse_boolean),
-    ("main", "consumer_timeout"): ("consumer_timeout", int),
-    ("main", "max_queues"): ("max_queues", int),
-    ("main", "vm_memory_high_watermark.relative"): ("vm_memory_high_watermark", float),
-    ("main", "vm_memory_high_watermark.absolute"): ("vm_memory_high_watermark_absolute", parse_bytes),
-    ("main", "disk_free_limit.absolute"): ("disk_free_limit", parse_bytes),
-    ("main", "control_unix_path"): ("control_unix_path", optional_path),
-    ("main", "load_definitions"): ("load_definitions", optional_path),
-    ("main", "metrics_http_bind"): ("metrics_http_bind", str),
-    ("main", "metrics_http_port"): ("metrics_http_port", int),
-    ("main", "collect_statistics_interval"): ("collect_statistics_interval", int),
-    ("main", "tls_cert"): ("tls_cert", optional_path),
-    ("main", "tls_key"): ("tls_key", optional_path),
-    ("main", "tls_ca_cert"): ("tls_ca_cert", optional_path),
-    ("main", "tls_min_version"): ("tls_min_version", str),
-    ("main", "tls_ciphers"): ("tls_ciphers", str),
-    ("main", "tls_verify_peer"): ("tls_verify_peer", parse_boolean),
-    ("main", "tls_fail_if_no_peer_cert"): ("tls_fail_if_no_peer_cert", parse_boolean),
-    ("main", "tls_cert_login_from"): ("tls_cert_login_from", str),
-    ("main", "tls_cert_login_san_type"): ("tls_cert_login_san_type", str),
-    ("main", "tls_cert_login_san_index"): ("tls_cert_login_san_index", int),
-    ("mgmt", "bind"): ("http_bind", str),
-    ("mgmt", "port"): ("http_port", int),
-    ("mgmt", "tls_port"): ("https_port", int),
-    ("mgmt", "unix_path"): ("http_unix_path", optional_path),
-    ("amqp", "bind"): ("bind", str),
-    ("amqp", "port"): ("amqp_port", int),
-    ("amqp", "tls_port"): ("amqps_port", int),
-    ("amqp", "unix_path"): ("amqp_unix_path", optional_path),
-    ("amqp", "tcp_proxy_protocol"): ("tcp_proxy_protocol", parse_boolean),
-    ("amqp", "proxy_protocol_trusted_sources"): ("proxy_protocol_trusted_sources", comma_list),
-    ("amqp", "heartbeat"): ("heartbeat", int),
-    ("amqp", "frame_max"): ("frame_max", int),
-    ("amqp", "channel_max"): ("channel_max", int),
-    ("amqp", "max_message_size"): ("max_message_size", int),
+INI_KEYS: Final[Mapping[tuple[str, str], tuple[str, Callable[[str], Any]]]] = {
+    (declared.ini.section, declared.ini.key): (name, declared.ini.parse)
+    for name, declared in SETTINGS.items()
+    if declared.ini is not None
 }
 
 

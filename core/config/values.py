@@ -1,15 +1,22 @@
-"""How a setting's text in the config file becomes its value."""
+"""How a setting's text in the config file becomes its value, and how a value given in code
+is brought to the field's type."""
 
 from __future__ import annotations
 
 import configparser
+import ipaddress
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
+# LavinMQ's level names, so its config files work unchanged.
+LOG_LEVEL_ALIASES: Mapping[str, str] = {"warn": "warning", "fatal": "critical"}
 
-def optional_path(text: str) -> Path | None:
-    return Path(text) if text else None
+
+def optional_path(value: str | os.PathLike[str] | None) -> Path | None:
+    """A path, or None for an empty value: the setting is off."""
+    return Path(value) if value else None
 
 
 def comma_list(text: str) -> tuple[str, ...]:
@@ -39,3 +46,20 @@ def parse_bytes(text: str) -> int:
     if match is None or match[2].lower() not in BYTE_UNITS:
         raise ValueError("expected a number of bytes with an optional unit (kB, MB, GB, TB, KiB, MiB, GiB, TiB)")
     return int(match[1]) * BYTE_UNITS[match[2].lower()]
+
+
+def log_level_name(name: str) -> str:
+    return LOG_LEVEL_ALIASES.get(name.lower(), name.lower())
+
+
+def tls_version_number(version: str) -> str:
+    """`TLSv1.2` as `1.2`: both spellings are read."""
+    return version.removeprefix("TLSv")
+
+
+def is_address_or_network(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return False
+    return True
