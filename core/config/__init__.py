@@ -1,5 +1,6 @@
-"""Broker settings: one declaration per setting (settings.py), the INI loader (loader.py), and
-which plugins are installed (plugin_groups.py).
+"""Broker settings: one declaration per setting (settings.py), the INI loader (loader.py), the
+table of settings in docs/configuration.md (reference.py), and which plugins are installed
+(plugin_groups.py).
 
 These are the names the rest of Lavin imports from `lavin.config`.
 """
