@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 from click.core import ParameterSource
+from click.decorators import FC
 from lavin import __version__
 from lavin.config import (
-    EVENT_LOOPS,
-    LOG_LEVELS,
-    Config,
+    CONFIG_FILE_FLAG,
+    SETTINGS,
+    Flag,
     InstalledPlugin,
+    OneOf,
+    Setting,
     StartupError,
+    Within,
     installed_plugins,
     resolve_config,
 )
@@ -21,7 +26,43 @@ from lavin.ctl import config_file_option, ctl
 
 # Values a user set on purpose; anything else may come from the config file.
 EXPLICIT_SOURCES = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-DEFAULTS = Config()
+
+
+def setting_options(command: FC) -> FC:
+    """An option of `lavin serve` for every setting with a flag, listed in declaration order."""
+    options = [
+        setting_option(name, declared, flag)
+        for name, declared in SETTINGS.items()
+        if (flag := declared.flag) is not None
+    ]
+    for option in reversed(options):  # click lists first the option added last
+        command = option(command)
+    return command
+
+
+def setting_option(name: str, declared: Setting, flag: Flag) -> Callable[[FC], FC]:
+    return click.option(
+        flag.name,
+        name,
+        type=click_type(declared, flag),
+        multiple=isinstance(declared.default, tuple),  # a list setting's flag is repeated
+        envvar=flag.env_var,
+        default=declared.default,
+        show_envvar=True,
+        help=flag.help,
+    )
+
+
+def click_type(declared: Setting, flag: Flag) -> click.ParamType[Any] | None:
+    """The type that makes click refuse, before the broker starts, what the setting's check would."""
+    check = declared.check
+    if isinstance(check, OneOf):
+        return click.Choice(check.choices, case_sensitive=not check.ignore_case)
+    if isinstance(check, Within):
+        return click.IntRange(check.low, check.high)
+    if flag.path is not None:
+        return click.Path(file_okay=flag.path == "file", dir_okay=flag.path == "directory", path_type=Path)
+    return None
 
 
 @click.group(context_settings={"auto_envvar_prefix": "LAVIN", "show_default": True})
@@ -31,136 +72,8 @@ def main() -> None:
 
 
 @main.command()
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="LAVIN_DATA_DIR",
-    default=DEFAULTS.data_dir,
-    show_envvar=True,
-    help="Where messages and definitions are stored.",
-)
-@click.option(
-    "--bind",
-    envvar="LAVIN_BIND",
-    default=DEFAULTS.bind,
-    show_envvar=True,
-    help="Address the AMQP listener binds to.",
-)
-@click.option(
-    "--amqp-port",
-    type=click.IntRange(0, 65535),
-    envvar="LAVIN_AMQP_PORT",
-    default=DEFAULTS.amqp_port,
-    show_envvar=True,
-    help="AMQP listener port.",
-)
-@click.option(
-    "--http-bind",
-    envvar="LAVIN_HTTP_BIND",
-    default=DEFAULTS.http_bind,
-    show_envvar=True,
-    help="Address the management HTTP API and web UI bind to.",
-)
-@click.option(
-    "--http-port",
-    type=click.IntRange(-1, 65535),
-    envvar="LAVIN_HTTP_PORT",
-    default=DEFAULTS.http_port,
-    show_envvar=True,
-    help="Management HTTP API and web UI port; -1: none.",
-)
-@click.option(
-    "--metrics-http-bind",
-    envvar="LAVIN_METRICS_HTTP_BIND",
-    default=DEFAULTS.metrics_http_bind,
-    show_envvar=True,
-    help="Address the Prometheus endpoint binds to.",
-)
-@click.option(
-    "--metrics-http-port",
-    type=click.IntRange(-1, 65535),
-    envvar="LAVIN_METRICS_HTTP_PORT",
-    default=DEFAULTS.metrics_http_port,
-    show_envvar=True,
-    help="Prometheus endpoint port (/metrics without authentication); -1: none.",
-)
-@click.option(
-    "--amqps-port",
-    type=click.IntRange(-1, 65535),
-    envvar="LAVIN_AMQPS_PORT",
-    default=DEFAULTS.amqps_port,
-    show_envvar=True,
-    help="AMQPS (AMQP over TLS) listener port, open when --tls-cert is set; -1: none.",
-)
-@click.option(
-    "--https-port",
-    type=click.IntRange(-1, 65535),
-    envvar="LAVIN_HTTPS_PORT",
-    default=DEFAULTS.https_port,
-    show_envvar=True,
-    help="Management API over HTTPS, open when --tls-cert is set; -1: none.",
-)
-@click.option(
-    "--tls-cert",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="LAVIN_TLS_CERT",
-    show_envvar=True,
-    help="The server's certificate chain (PEM); turns on the AMQPS and HTTPS listeners.",
-)
-@click.option(
-    "--tls-key",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="LAVIN_TLS_KEY",
-    show_envvar=True,
-    help="The certificate's private key (PEM), unless it is in the --tls-cert file.",
-)
-@click.option(
-    "--tls-ca-cert",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="LAVIN_TLS_CA_CERT",
-    show_envvar=True,
-    help="CA certificates that client certificates are verified against (PEM).",
-)
-@click.option(
-    "--amqp-unix-path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="LAVIN_AMQP_UNIX_PATH",
-    show_envvar=True,
-    help="Also take AMQP connections on this unix domain socket.",
-)
-@click.option(
-    "--http-unix-path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="LAVIN_HTTP_UNIX_PATH",
-    show_envvar=True,
-    help="Also serve the management API on this unix domain socket.",
-)
-@config_file_option("INI file with [main], [amqp], [mgmt] and [plugin.NAME] sections; flags and env vars override it.")
-@click.option(
-    "--plugin",
-    "plugins",
-    multiple=True,
-    envvar="LAVIN_PLUGIN",
-    show_envvar=True,
-    help="Enable a plugin: any name `lavin plugins` lists (built-in types are always on), "
-    "or a dotted module path of a lifecycle plugin. Repeatable; the env var takes a "
-    "space-separated list.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(LOG_LEVELS, case_sensitive=False),
-    envvar="LAVIN_LOG_LEVEL",
-    default=DEFAULTS.log_level,
-    show_envvar=True,
-)
-@click.option(
-    "--loop",
-    type=click.Choice(EVENT_LOOPS),
-    envvar="LAVIN_LOOP",
-    default=DEFAULTS.loop,
-    show_envvar=True,
-    help="Event loop; auto uses uvloop when it is installed.",
-)
+@config_file_option(CONFIG_FILE_FLAG.help)
+@setting_options
 @click.pass_context
 def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> None:
     """Run the broker until SIGTERM or SIGINT."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 from click.decorators import FC
-from lavin.config import StartupError, resolve_config
+from lavin.config import CONFIG_FILE_FLAG, StartupError, resolve_config
 from lavin.ctl.client import BadConfig, Session
 
 
@@ -56,13 +56,13 @@ def table_options(command: FC) -> FC:
     return json_option(no_table_headers_option(command))
 
 
-def config_file_option(help_text: str) -> Callable[[FC], FC]:
+def config_file_option(help_text: str | None) -> Callable[[FC], FC]:
     """`--config FILE` (env LAVIN_CONFIG): the broker's INI file, for `lavin serve` and `lavin ctl`."""
     return click.option(
-        "--config",
+        CONFIG_FILE_FLAG.name,
         "config_file",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        envvar="LAVIN_CONFIG",
+        envvar=CONFIG_FILE_FLAG.env_var,
         show_envvar=True,
         help=help_text,
     )
