@@ -16,7 +16,7 @@ from lavin.broker.policy.global_parameters import GlobalParameters
 from lavin.broker.routing.direct_reply import ReplyRegistry
 from lavin.broker.runtime.alarms import ResourceAlarms
 from lavin.broker.runtime.group_commit import GroupCommit, SyncWaiter
-from lavin.broker.runtime.stats import ConnectionSnapshot, MessageStats
+from lavin.broker.runtime.stats import MessageStats, ObservedConnection
 from lavin.broker.vhost import VHost
 from lavin.config import Config, StartupError
 from lavin.plugin_registry import Registry
@@ -27,8 +27,9 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 2.0
 
 
-class ClientConnection(Protocol):
-    """A client connection as the broker sees it (the protocol layer's)."""
+class ClientConnection(ObservedConnection, Protocol):
+    """A client connection as the broker sees it (the protocol layer's); the statistics
+    read its `snapshot`."""
 
     def close(self, reply_code: int, reply_text: str) -> None:
         """Send connection.close and wait briefly for close-ok."""
@@ -39,10 +40,6 @@ class ClientConnection(Protocol):
     def permissions_changed(self, user_name: str) -> None:
         """The permissions of `user_name` changed: a connection of that user asks its
         authorizer again from now on."""
-
-    def snapshot(self) -> ConnectionSnapshot:
-        """What it is now, its channels and their consumers included (statistics and the
-        management API)."""
 
 
 class Broker(AuthContext):
@@ -55,7 +52,7 @@ class Broker(AuthContext):
         self.group_commit = GroupCommit(self.loop)
         self.replies = ReplyRegistry()
         self.alarms = ResourceAlarms(config)
-        self.stats = MessageStats(self, config.collect_statistics_interval / 1000)
+        self.stats = MessageStats(config.collect_statistics_interval / 1000, self.connections, self.vhosts)
         # (protocol, address, port) of each listener, for the management API: set by the server.
         self.listeners: list[tuple[str, str, int]] = []
         self.storage = SegmentStorage(config.segment_size)

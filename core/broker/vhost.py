@@ -126,7 +126,8 @@ class VHost:
                     arguments=dict(d.arguments),
                 ),
             )
-            recovery.queue_recovered(self.queues.get(queue_def.name))
+            recovered = self.queues.get(queue_def.name)
+            recovery.queue_recovered(None if recovered is None else recovered.message_count)
         for binding in saved.bindings:
             self._recover("binding", binding.source, lambda b=binding: self._recover_binding(b))
         recovery.finished()

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from lavin.api.printable import printable
-
-if TYPE_CHECKING:
-    from lavin.broker.queues.queue import Queue
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +23,12 @@ class RecoveryLog:
         self.messages = 0
         self.started = self.last_report = time.monotonic()
 
-    def queue_recovered(self, queue: Queue | None) -> None:
-        """One more queue is done (None: it could not be recovered)."""
+    def queue_recovered(self, messages: int | None) -> None:
+        """One more queue is done, holding `messages` (None: it could not be recovered)."""
         self.done += 1
-        if queue is not None:
+        if messages is not None:
             self.recovered += 1
-            self.messages += queue.message_count
+            self.messages += messages
         now = time.monotonic()
         if now - self.last_report >= PROGRESS_INTERVAL:
             self.last_report = now

@@ -5,6 +5,9 @@ path only increments. Every `interval` seconds the sampler reads them all and ke
 object, the counts of that sample and the rates since the one before; nothing is timed or
 allocated per message. A closed channel's counts are added to its vhost's retired totals,
 so vhost and broker totals never go backwards.
+
+The sampler knows no broker, vhost or queue class: it reads the broker's connections and
+vhosts through the ports below (`ObservedConnection`, `ObservedVHost`), handed in.
 """
 
 from __future__ import annotations
@@ -12,14 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from lavin.transport.certificates import TlsDetails
-
-if TYPE_CHECKING:
-    from lavin.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +105,47 @@ class ConnectionSnapshot:
         return f"{self.peer_host}:{self.peer_port} -> {self.host}:{self.port}"
 
 
+class ObservedConnection(Protocol):
+    """A client connection as the sampler reads it (the protocol layer's connection)."""
+
+    def snapshot(self) -> ConnectionSnapshot:
+        """What it is now, its channels and their consumers included."""
+
+
+class CountedObject(Protocol):
+    """A queue or an exchange: its statistics counters."""
+
+    def message_counts(self) -> Counts:
+        """Its counters under RabbitMQ's `message_stats` names."""
+
+
+class CountedQueue(CountedObject, Protocol):
+    @property
+    def message_count(self) -> int:
+        """Messages ready in it."""
+
+
+class ObservedVHost(Protocol):
+    """A vhost as the sampler reads it: its queues and exchanges by name (`VHost`)."""
+
+    @property
+    def queues(self) -> Mapping[str, CountedQueue]: ...
+
+    @property
+    def exchanges(self) -> Mapping[str, CountedObject]: ...
+
+
 class MessageStats:
     """The broker's statistics: the retired counts of closed channels, and the sampler
-    that turns counters into rates."""
+    that turns counters into rates. `connections` and `vhosts` are the broker's own
+    collections, read at each sample."""
 
-    def __init__(self, broker: Broker, interval: float) -> None:
-        self.broker = broker
+    def __init__(
+        self, interval: float, connections: Collection[ObservedConnection], vhosts: Mapping[str, ObservedVHost]
+    ) -> None:
         self.interval = interval
+        self._connections = connections
+        self._vhosts = vhosts
         self.retired: dict[str, Counts] = {}  # vhost name -> counts of its closed channels
         # The counts of each object at the last sample, and its rates then (None: all 0).
         self._samples: dict[object, tuple[Counts, Rates | None]] = {}
@@ -138,7 +172,7 @@ class MessageStats:
 
     def snapshots(self) -> list[ConnectionSnapshot]:
         """Every open connection (handshake done), as it is now."""
-        snapshots = (connection.snapshot() for connection in list(self.broker.connections))
+        snapshots = (connection.snapshot() for connection in list(self._connections))
         return [snapshot for snapshot in snapshots if snapshot.vhost is not None]
 
     def vhost_counts(self, vhost: str, snapshots: list[ConnectionSnapshot]) -> Counts:
@@ -159,7 +193,7 @@ class MessageStats:
     def queue_totals(self, vhosts: Iterable[str], snapshots: list[ConnectionSnapshot]) -> Counts:
         """Messages ready in the queues of `vhosts` and unacknowledged on the channels of
         `snapshots`."""
-        queues = (queue for name in vhosts for queue in self.broker.vhosts[name].queues.values())
+        queues = (queue for name in vhosts for queue in self._vhosts[name].queues.values())
         ready = sum(queue.message_count for queue in queues)
         unacked = sum(channel.messages_unacknowledged for channel in _channels(snapshots, None))
         return {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
@@ -214,14 +248,14 @@ class MessageStats:
             yield snapshot.key, {"recv_oct": snapshot.recv_oct, "send_oct": snapshot.send_oct}
         for channel in _channels(snapshots, None):
             yield channel.key, channel.counts
-        for vhost in self.broker.vhosts.values():
-            yield vhost_key(vhost.name), self.vhost_counts(vhost.name, snapshots)
+        for name, vhost in self._vhosts.items():
+            yield vhost_key(name), self.vhost_counts(name, snapshots)
             for queue in vhost.queues.values():
                 yield queue, queue.message_counts()
             for exchange in vhost.exchanges.values():
                 yield exchange, exchange.message_counts()
         yield OVERALL, self.overall_counts(snapshots)
-        yield QUEUE_TOTALS, self.queue_totals(self.broker.vhosts, snapshots)
+        yield QUEUE_TOTALS, self.queue_totals(self._vhosts, snapshots)
 
 
 def _channels(snapshots: list[ConnectionSnapshot], vhost: str | None) -> Iterator[ChannelSnapshot]:
