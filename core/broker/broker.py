@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -62,7 +63,7 @@ class Broker(AuthContext):
             if backend_class is None:
                 raise ValueError(f"unknown auth backend '{name}'")
             self.auth_backends.append(backend_class())
-        self.access = AccessControl(self)
+        self.access = AccessControl(config, self)
         self.global_parameters = GlobalParameters(config.data_dir)
         self.access.add_listener(self._permissions_changed)
         self._auth_settings: Mapping[str, Any] = MappingProxyType(
@@ -139,6 +140,27 @@ class Broker(AuthContext):
 
     def wait_for_sync(self, waiter: SyncWaiter) -> None:
         self.group_commit.wait_for_sync(waiter)
+
+    # ---- running vhosts (access.RunningVHosts) --------------------------------------------
+
+    def start_vhost(self, name: str, max_connections: int, max_queues: int) -> None:
+        vhost = VHost(self, name)
+        vhost.set_limits(max_connections, max_queues)
+        vhost.start()
+        self.vhosts[name] = vhost
+
+    def stop_vhost(self, name: str) -> None:
+        self.vhosts.pop(name).close()
+
+    def remove_vhost(self, name: str) -> Path:
+        vhost = self.vhosts.pop(name)
+        for connection in list(vhost.connections):
+            connection.close(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")
+        vhost.delete()
+        return vhost.data_dir
+
+    def apply_vhost_limits(self, name: str, max_connections: int, max_queues: int) -> None:
+        self.vhosts[name].set_limits(max_connections, max_queues)
 
     # ---- what auth backends may use (AuthContext) -----------------------------------------
 

@@ -5,6 +5,9 @@ The data lives in `users.json` and `vhosts.json` in the data dir (lavin.storage.
 Every change is written to its file before it takes effect, so a change that could not
 be saved (OSError) changes nothing. On the first start, when a file does not exist yet,
 the default vhost and the default user of the config are created.
+
+Running vhosts are the broker's: access control starts, limits and removes them through
+the `RunningVHosts` port, which the broker implements.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final
+from pathlib import Path
+from typing import Final, Protocol
 
 from lavin.api.auth import StoredUser, TopicPermissions, VHostPermissions
 from lavin.api.printable import printable
 from lavin.broker.access import passwords
-from lavin.broker.vhost import VHost
+from lavin.config import Config
 from lavin.storage import queue_directories
 from lavin.storage.metadata.access_files import (
     USERS_FILE,
@@ -31,9 +35,6 @@ from lavin.storage.metadata.access_files import (
     save_vhosts,
     vhost_directory_name,
 )
-
-if TYPE_CHECKING:
-    from lavin.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +54,30 @@ class NotFoundError(AccessControlError):
     """No user or vhost of that name."""
 
 
+class RunningVHosts(Protocol):
+    """The broker's running vhosts, as access control starts, limits and removes them
+    (`lavin.broker.broker.Broker`). A limit is -1 when there is none."""
+
+    def start_vhost(self, name: str, max_connections: int, max_queues: int) -> None: ...
+
+    def stop_vhost(self, name: str) -> None:
+        """Close a vhost just started whose creation could not be saved; its data stays."""
+
+    def remove_vhost(self, name: str) -> Path:
+        """Close its connections and delete its queues and exchanges; returns its data dir,
+        which the caller removes."""
+
+    def apply_vhost_limits(self, name: str, max_connections: int, max_queues: int) -> None: ...
+
+
 class AccessControl:
     """The broker's user database and vhosts, reachable as `broker.access`."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.users_path = broker.config.data_dir / USERS_FILE
-        self.vhosts_path = broker.config.data_dir / VHOSTS_FILE
+    def __init__(self, config: Config, running: RunningVHosts) -> None:
+        self.config = config
+        self.running = running
+        self.users_path = config.data_dir / USERS_FILE
+        self.vhosts_path = config.data_dir / VHOSTS_FILE
         self._users: dict[str, StoredUser] = {}
         self._vhost_limits: dict[str, dict[str, int]] = {}
         self._listeners: list[Callable[[str], None]] = []
@@ -70,7 +88,7 @@ class AccessControl:
         """Read both files (creating them on the first start) and start every vhost. A file
         that cannot be read or holds something invalid stops start-up, naming the file: a
         silent reset would lock everyone out or let everyone in."""
-        config = self.broker.config
+        config = self.config
         vhosts = load_vhosts(self.vhosts_path)
         for name, limits in (vhosts or {}).items():
             try:
@@ -94,10 +112,10 @@ class AccessControl:
         self._vhost_limits = {name: _effective(limits) for name, limits in vhosts.items()}
         self._users = {user.name: user for user in users}
         for name, limits in self._vhost_limits.items():
-            self._start_vhost(name, limits)
+            self.running.start_vhost(name, limits.get(MAX_CONNECTIONS, -1), limits.get(MAX_QUEUES, -1))
 
     def _default_user(self) -> StoredUser:
-        config = self.broker.config
+        config = self.config
         return StoredUser(
             name=config.default_user,
             password_hash=passwords.hash_password(config.default_password),
@@ -106,13 +124,6 @@ class AccessControl:
             permissions={config.default_vhost: FULL_PERMISSIONS},
             topic_permissions={},
         )
-
-    def _start_vhost(self, name: str, limits: Mapping[str, int]) -> VHost:
-        vhost = VHost(self.broker, name)
-        vhost.set_limits(limits.get(MAX_CONNECTIONS, -1), limits.get(MAX_QUEUES, -1))
-        vhost.start()
-        self.broker.vhosts[name] = vhost
-        return vhost
 
     # ---- listeners -------------------------------------------------------------------------
 
@@ -257,13 +268,13 @@ class AccessControl:
         if creator is not None:
             self._known_user(creator)
         # Left by a delete a crash interrupted after it was recorded: not this vhost's data.
-        stale = self.broker.config.data_dir / vhost_directory_name(name)
+        stale = self.config.data_dir / vhost_directory_name(name)
         queue_directories.finish_delete(queue_directories.begin_delete(stale))
-        self._start_vhost(name, {})
+        self.running.start_vhost(name, -1, -1)
         try:
             self._save_vhosts({**self._vhost_limits, name: {}})
         except OSError:
-            self.broker.vhosts.pop(name).close()
+            self.running.stop_vhost(name)
             raise
         log.info("created vhost '%s'", printable(name))
         if creator is not None:
@@ -274,11 +285,7 @@ class AccessControl:
         their data, and every permission on it."""
         self._known_vhost(name)
         self._save_vhosts({key: limits for key, limits in self._vhost_limits.items() if key != name})
-        vhost = self.broker.vhosts.pop(name)
-        for connection in list(vhost.connections):
-            connection.close(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")
-        vhost.delete()
-        aside = queue_directories.begin_delete(vhost.data_dir)
+        aside = queue_directories.begin_delete(self.running.remove_vhost(name))
         log.info("deleted vhost '%s'", printable(name))
         self._drop_permissions_on(name)
         await asyncio.to_thread(queue_directories.finish_delete, aside)
@@ -304,7 +311,7 @@ class AccessControl:
         _check_vhost(vhost, limits)
         effective = _effective(limits)
         self._save_vhosts({**self._vhost_limits, vhost: effective})
-        self.broker.vhosts[vhost].set_limits(effective.get(MAX_CONNECTIONS, -1), effective.get(MAX_QUEUES, -1))
+        self.running.apply_vhost_limits(vhost, effective.get(MAX_CONNECTIONS, -1), effective.get(MAX_QUEUES, -1))
 
     def vhost_limits(self, vhost: str) -> dict[str, int]:
         return dict(self._known_vhost(vhost))
