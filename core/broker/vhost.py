@@ -72,7 +72,7 @@ class VHost:
         self.connections: set[ClientConnection] = set()
         self.max_connections = -1
         self.max_queues = -1
-        self.policies = VHostPolicies(self)
+        self.policies = VHostPolicies(name, self.data_dir, self.queues, self.exchanges)
         # The default exchange exists for passive declares and statistics; routing to it is
         # special-cased.
         self.default_exchange = Exchange(

@@ -17,8 +17,7 @@ from lavin.broker.policy.argument_rows import Argument, Precedence, Text
 from lavin.broker.policy.queue_arguments import QUEUE_ARGUMENTS
 
 if TYPE_CHECKING:
-    from lavin.broker.queues.queue import Queue
-    from lavin.broker.routing.exchange import Exchange
+    from lavin.broker.policy.declared import DeclaredExchange, DeclaredQueue
 
 # The exchange arguments the broker knows, as rows like the queues' (`queue_arguments`).
 EXCHANGE_ARGUMENTS: Final = (
@@ -66,7 +65,7 @@ def _inequivalent(
 
 
 def check_queue_equivalence(
-    queue: Queue, vhost: str, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict[str, Any]
+    queue: DeclaredQueue, vhost: str, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict[str, Any]
 ) -> None:
     flags = (
         ("durable", durable, queue.durable),
@@ -80,7 +79,7 @@ def check_queue_equivalence(
 
 
 def check_exchange_equivalence(
-    exchange: Exchange,
+    exchange: DeclaredExchange,
     vhost: str,
     type_name: str,
     durable: bool,

@@ -2,8 +2,9 @@
 `policies.json`, applied to its queues and exchanges when they are declared and again,
 live, whenever a policy changes. The rules are in lavin.broker.policy.policy_rules.
 
-Applying costs nothing per message: a queue's `settings` are replaced whole, and the
-queue re-arms its timers and limits once (`Queue.apply_settings`).
+Applying costs nothing per message: each queue and exchange is handed the effective
+definition once (`PolicySubject.apply_policy`); a queue replaces its `settings` whole and
+re-arms its timers and limits once (`Queue.apply_settings`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from lavin.api.arguments import parse_duration
 from lavin.api.printable import printable
@@ -23,15 +24,8 @@ from lavin.broker.policy.policy_rules import (
     effective_definition,
     highest,
     parse_policy,
-    queue_settings,
 )
-from lavin.broker.queues.queue import MessageQueue, Queue
-from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.storage.metadata.policy_files import POLICIES_FILE, PolicyFileError, read_json_file, write_json_file
-
-if TYPE_CHECKING:
-    from lavin.broker.routing.exchange import Exchange
-    from lavin.broker.vhost import VHost
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +45,38 @@ def check_parameter(component: str, value: Any) -> None:
         raise PolicyError(f"Validation failed\n\n{component} value must be an object\n")
 
 
-class VHostPolicies:
-    """`vhost.policies`: what the policy endpoints and definitions read and change."""
+class PolicySubject(Protocol):
+    """A queue or an exchange as policies match and apply to it (the port that
+    `lavin.broker.queues.queue.Queue` and `lavin.broker.routing.exchange.Exchange` implement)."""
 
-    def __init__(self, vhost: VHost) -> None:
-        self.vhost = vhost
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def arguments(self) -> dict[str, Any]: ...
+
+    def apply_policy(self, definition: Mapping[str, Any]) -> None:
+        """Act on the effective definition of the policies that now match ({} for none)."""
+
+
+class VHostPolicies:
+    """`vhost.policies`: what the policy endpoints and definitions read and change.
+    `queues` and `exchanges` are the vhost's own tables, read whenever a policy changes."""
+
+    def __init__(
+        self,
+        vhost_name: str,
+        data_dir: Path,
+        queues: Mapping[str, PolicySubject],
+        exchanges: Mapping[str, PolicySubject],
+    ) -> None:
+        self.vhost_name = vhost_name
+        self._path = data_dir / POLICIES_FILE
+        self._queues = queues
+        self._exchanges = exchanges
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
         self.parameters: dict[tuple[str, str], Any] = {}  # (component, name) -> value
-
-    @property
-    def _path(self) -> Path:
-        return self.vhost.data_dir / POLICIES_FILE
 
     # ---- start-up and persistence ----------------------------------------------------------
 
@@ -98,7 +112,7 @@ class VHostPolicies:
             name = entry.get("name")
             if not isinstance(name, str):
                 raise PolicyError(f"a policy without a name: {entry!r}")
-            policies[name] = parse_policy(self.vhost.name, name, entry, operator=operator)
+            policies[name] = parse_policy(self.vhost_name, name, entry, operator=operator)
         return policies
 
     def _save(
@@ -122,7 +136,7 @@ class VHostPolicies:
     def set_policy(self, name: str, body: Mapping[str, Any], *, operator: bool) -> bool:
         """Create or replace a policy from RabbitMQ's JSON and apply it now; True when new.
         PolicyError (400) for an invalid one."""
-        policy = parse_policy(self.vhost.name, name, body, operator=operator)
+        policy = parse_policy(self.vhost_name, name, body, operator=operator)
         table = self.operator_policies if operator else self.policies
         created = name not in table
         changed = {**table, name: policy}
@@ -134,7 +148,7 @@ class VHostPolicies:
             "set %s '%s' in vhost '%s' matching %s with pattern '%s'",
             "operator policy" if operator else "policy",
             printable(name),
-            printable(self.vhost.name),
+            printable(self.vhost_name),
             policy.apply_to,
             printable(policy.pattern),
         )
@@ -170,11 +184,11 @@ class VHostPolicies:
         return True
 
     def parameter_json(self, component: str, name: str, value: Any) -> dict[str, Any]:
-        return {"vhost": self.vhost.name, "component": component, "name": name, "value": value}
+        return {"vhost": self.vhost_name, "component": component, "name": name, "value": value}
 
     # ---- matching and applying ---------------------------------------------------------------
 
-    def queue_policies(self, queue: Queue) -> tuple[Policy | None, Policy | None]:
+    def queue_policies(self, queue: PolicySubject) -> tuple[Policy | None, Policy | None]:
         """The policy and the operator policy that apply to `queue`."""
         type_name = queue_type_name(queue.arguments)
 
@@ -183,39 +197,27 @@ class VHostPolicies:
 
         return highest(self.policies.values(), matches), highest(self.operator_policies.values(), matches)
 
-    def exchange_policies(self, exchange: Exchange) -> tuple[Policy | None, Policy | None]:
+    def exchange_policies(self, exchange: PolicySubject) -> tuple[Policy | None, Policy | None]:
         def matches(policy: Policy) -> bool:
             return policy.matches_exchange(exchange.name)
 
         return highest(self.policies.values(), matches), highest(self.operator_policies.values(), matches)
 
-    def apply_to_queue(self, queue: Queue) -> None:
-        """Give the queue the settings its arguments and policies make; a stream, the
-        retention (`max-length-bytes`, `max-age`)."""
-        definition = effective_definition(*self.queue_policies(queue))
-        if isinstance(queue, StreamQueue):
-            queue.store.apply_retention_policy(stream_retention(definition))
-            return
-        if not isinstance(queue, MessageQueue):
-            return
-        settings = queue_settings(
-            queue.name, self.vhost.name, queue.arguments, queue_type_name(queue.arguments), definition
-        )
-        if settings != queue.settings:
-            queue.apply_settings(settings)
+    def apply_to_queue(self, queue: PolicySubject) -> None:
+        """Hand the queue the definition its policies make: a queue takes the settings its
+        arguments and the definition make, a stream the retention (`stream_retention`)."""
+        queue.apply_policy(effective_definition(*self.queue_policies(queue)))
 
-    def apply_to_exchange(self, exchange: Exchange) -> None:
+    def apply_to_exchange(self, exchange: PolicySubject) -> None:
         if not exchange.name:
             return  # the default exchange routes by queue name: an alternate never applies
-        policy, operator = self.exchange_policies(exchange)
-        alternate = effective_definition(policy, operator).get("alternate-exchange")
-        exchange.policy_alternate_exchange = alternate if isinstance(alternate, str) else None
+        exchange.apply_policy(effective_definition(*self.exchange_policies(exchange)))
 
     def apply_all(self) -> None:
         """A policy changed: every queue and exchange of the vhost gets what now applies."""
-        for queue in list(self.vhost.queues.values()):
+        for queue in list(self._queues.values()):
             self.apply_to_queue(queue)
-        for exchange in self.vhost.exchanges.values():
+        for exchange in self._exchanges.values():
             self.apply_to_exchange(exchange)
 
     def applies_at_declare(self) -> bool:
@@ -236,10 +238,10 @@ def stream_retention(definition: Mapping[str, Any]) -> Retention:
 # ---- the management API's queue and exchange JSON ---------------------------------------------
 
 
-def policy_fields(queue: Queue) -> dict[str, Any]:
+def policy_fields(policies: VHostPolicies, queue: PolicySubject) -> dict[str, Any]:
     """`policy`, `operator_policy` and `effective_policy_definition` of a queue's JSON, as
     RabbitMQ shows them (null and {} when none applies)."""
-    policy, operator = queue.vhost.policies.queue_policies(queue)
+    policy, operator = policies.queue_policies(queue)
     return {
         "policy": None if policy is None else policy.name,
         "operator_policy": None if operator is None else operator.name,
@@ -247,7 +249,7 @@ def policy_fields(queue: Queue) -> dict[str, Any]:
     }
 
 
-def exchange_policy_fields(exchange: Exchange) -> dict[str, Any]:
+def exchange_policy_fields(policies: VHostPolicies, exchange: PolicySubject) -> dict[str, Any]:
     """`policy` of an exchange's JSON; RabbitMQ leaves the key out when none applies."""
-    policy, _ = exchange.vhost.policies.exchange_policies(exchange)
+    policy, _ = policies.exchange_policies(exchange)
     return {} if policy is None else {"policy": policy.name}

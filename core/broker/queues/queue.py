@@ -7,13 +7,14 @@ gets the next message, when a message dies and when the queue goes away.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from lavin.api import Message, QueueType
 from lavin.api.message import is_persistent
-from lavin.broker.policy.arguments import QueueSettings
+from lavin.broker.policy.arguments import QueueSettings, queue_type_name
+from lavin.broker.policy.policy_rules import queue_settings
 from lavin.broker.queues.consumer import Consumer
 from lavin.broker.queues.delivery_counts import DeliveryCounts
 from lavin.broker.queues.expiry import EXPIRATION_FLAG, ExpiryIndex, expires_at
@@ -218,6 +219,10 @@ class Queue:
         self._cancel_unused_timer()
         self._unused_timer = self.loop.call_later(expires / 1000, self._expire_unused)
 
+    def apply_policy(self, definition: Mapping[str, Any]) -> None:
+        """The effective definition of the policies that now match it ({} for none)."""
+        raise NotImplementedError
+
     def apply_settings(self, settings: QueueSettings) -> None:
         """A policy changed what the queue acts on: the x-expires countdown starts again."""
         self.settings = settings
@@ -275,6 +280,13 @@ class MessageQueue(Queue):
     @property
     def message_count(self) -> int:
         return len(self.store)
+
+    def apply_policy(self, definition: Mapping[str, Any]) -> None:
+        """Take the settings its arguments and the definition make, if they changed."""
+        type_name = queue_type_name(self.arguments)
+        settings = queue_settings(self.name, self.vhost.name, self.arguments, type_name, definition)
+        if settings != self.settings:
+            self.apply_settings(settings)
 
     def apply_settings(self, settings: QueueSettings) -> None:
         """A policy changed the limits: enforce them now and re-arm the expiry timer."""

@@ -10,11 +10,13 @@ saw can never be lost in a crash and handed out again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from lavin.api import Message, StreamType, errors
 from lavin.api.printable import printable
 from lavin.broker.policy.arguments import QueueSettings, check_durable_declaration
+from lavin.broker.policy.policies import stream_retention
 from lavin.broker.policy.queue_arguments import refused_by
 from lavin.broker.queues.consumer import Consumer
 from lavin.broker.queues.queue import DRAIN_BATCH, NEEDS_SYNC, Queue, QueueDeclaration
@@ -75,6 +77,10 @@ class StreamQueue(Queue):
     @property
     def message_count(self) -> int:
         return self._committed - self.store.first_offset
+
+    def apply_policy(self, definition: Mapping[str, Any]) -> None:
+        """A policy sets a stream's retention (`max-length-bytes`, `max-age`)."""
+        self.store.apply_retention_policy(stream_retention(definition))
 
     def resource(self) -> str:
         return f"queue '{self.name}' in vhost '{self.vhost.name}'"

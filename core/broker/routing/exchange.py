@@ -8,7 +8,7 @@ happen here.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from lavin.api import ExchangeType, Message
@@ -72,6 +72,11 @@ class Exchange:
 
     def message_counts(self) -> dict[str, int]:
         return {"publish_in": self.published_in, "publish_out": self.published_out}
+
+    def apply_policy(self, definition: Mapping[str, Any]) -> None:
+        """The effective definition of the policies that now match it: its alternate-exchange."""
+        alternate = definition.get("alternate-exchange")
+        self.policy_alternate_exchange = alternate if isinstance(alternate, str) else None
 
     def has_bindings(self) -> bool:
         return self.table.is_bound()

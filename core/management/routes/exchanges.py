@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 from lavin.api import errors
@@ -54,28 +54,24 @@ def _exchange(vhost: VHost, path_name: str) -> Exchange:
     return exchange
 
 
-def _exchange_json(vhost: VHost, exchange: Exchange) -> dict[str, Any]:
-    return shapes.exchange_json(vhost.name, exchange)
-
-
 @routes.get("/api/exchanges")
 async def list_exchanges(request: web.Request) -> web.Response:
     vhosts = await visible_vhosts(request)
     return list_reply(
-        request, [_exchange_json(vhost, exchange) for vhost in vhosts for exchange in exchanges_by_name(vhost)]
+        request, [shapes.exchange_json(vhost, exchange) for vhost in vhosts for exchange in exchanges_by_name(vhost)]
     )
 
 
 @routes.get("/api/exchanges/{vhost}")
 async def list_vhost_exchanges(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
-    return list_reply(request, [_exchange_json(vhost, exchange) for exchange in exchanges_by_name(vhost)])
+    return list_reply(request, [shapes.exchange_json(vhost, exchange) for exchange in exchanges_by_name(vhost)])
 
 
 @routes.get("/api/exchanges/{vhost}/{exchange}")
 async def get_exchange(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
-    return reply(_exchange_json(vhost, _exchange(vhost, request.match_info["exchange"])))
+    return reply(shapes.exchange_json(vhost, _exchange(vhost, request.match_info["exchange"])))
 
 
 @routes.put("/api/exchanges/{vhost}/{exchange}")

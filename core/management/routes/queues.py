@@ -72,21 +72,23 @@ def _message_queue(vhost: VHost, queue: Queue, operation: str) -> MessageQueue:
 async def list_queues(request: web.Request) -> web.Response:
     node = _node(request)
     vhosts = await visible_vhosts(request)
-    return list_reply(request, [shapes.queue_json(queue, node) for vhost in vhosts for queue in queues_by_name(vhost)])
+    return list_reply(
+        request, [shapes.queue_json(vhost, queue, node) for vhost in vhosts for queue in queues_by_name(vhost)]
+    )
 
 
 @routes.get("/api/queues/{vhost}")
 async def list_vhost_queues(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
     node = _node(request)
-    return list_reply(request, [shapes.queue_json(queue, node) for queue in queues_by_name(vhost)])
+    return list_reply(request, [shapes.queue_json(vhost, queue, node) for queue in queues_by_name(vhost)])
 
 
 @routes.get("/api/queues/{vhost}/{queue}")
 async def get_queue(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
     queue = _queue(vhost, request.match_info["queue"])
-    data = shapes.queue_json(queue, _node(request))
+    data = shapes.queue_json(vhost, queue, _node(request))
     data["consumer_details"] = shapes.consumer_details(queue)
     return reply(data)
 

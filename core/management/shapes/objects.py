@@ -26,6 +26,7 @@ from lavin.broker.policy.policies import exchange_policy_fields, policy_fields
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.broker.routing.exchange import Exchange
+from lavin.broker.vhost import VHost
 from lavin.management.shapes.access import BadRequest, required
 from lavin.management.shapes.message_stats import object_message_stats
 
@@ -45,22 +46,22 @@ def exchange_name_from_path(name: str) -> str:
 # ---- objects --------------------------------------------------------------------------------
 
 
-def exchange_json(vhost: str, exchange: Exchange) -> dict[str, Any]:
+def exchange_json(vhost: VHost, exchange: Exchange) -> dict[str, Any]:
     return {
         "name": exchange.name,
-        "vhost": vhost,
+        "vhost": vhost.name,
         "type": exchange.type_name,
         "durable": exchange.durable,
         "auto_delete": exchange.auto_delete,
         "internal": exchange.internal,
         "arguments": dict(exchange.arguments),
         "user_who_performed_action": "",
-        "message_stats": object_message_stats(exchange.vhost.broker.stats, exchange),
-        **exchange_policy_fields(exchange),
+        "message_stats": object_message_stats(vhost.broker.stats, exchange),
+        **exchange_policy_fields(vhost.policies, exchange),
     }
 
 
-def queue_json(queue: Queue, node: str) -> dict[str, Any]:
+def queue_json(vhost: VHost, queue: Queue, node: str) -> dict[str, Any]:
     """A queue's settings and counts."""
     consumers = queue.consumers
     unacked = queue.unacked
@@ -70,7 +71,7 @@ def queue_json(queue: Queue, node: str) -> dict[str, Any]:
     single_active = queue.settings.single_active_consumer
     return {
         "name": queue.name,
-        "vhost": queue.vhost.name,
+        "vhost": vhost.name,
         "durable": queue.durable,
         "auto_delete": queue.auto_delete,
         "exclusive": queue.exclusive_owner is not None,
@@ -92,8 +93,8 @@ def queue_json(queue: Queue, node: str) -> dict[str, Any]:
         "message_bytes": ready_bytes,
         "message_bytes_ready": ready_bytes,
         "memory": 0,
-        "message_stats": object_message_stats(queue.vhost.broker.stats, queue),
-        **policy_fields(queue),
+        "message_stats": object_message_stats(vhost.broker.stats, queue),
+        **policy_fields(vhost.policies, queue),
     }
 
 
