@@ -12,9 +12,9 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from lavin.api import ExchangeType, Message
-from lavin.broker.queues.deduplication import MessageCache
-from lavin.broker.queues.delayed_store import DelayedMessages
 from lavin.broker.queues.queue import Queue
+from lavin.broker.routing.deduplication import MessageCache
+from lavin.broker.routing.delayed_store import DelayedMessages
 from lavin.broker.routing.sender_selected import routing_keys_of, strip_bcc
 
 if TYPE_CHECKING:
