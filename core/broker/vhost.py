@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Set
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
@@ -64,6 +64,9 @@ class VHost:
         self.name = name
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        # The exchanges with a binding to each queue or exchange that has one, so that a
+        # queue or exchange that goes is unbound without a walk over every exchange.
+        self._sources: dict[Destination, set[Exchange]] = {}
         self.data_dir: Path = broker.config.data_dir / vhost_directory_name(name)
         self.transient_dir = self.data_dir / "transient"
         self.definitions: DefinitionsStore | None = None
@@ -175,6 +178,7 @@ class VHost:
             queue.delete()
         self.exchanges.clear()
         self.queues.clear()
+        self._sources.clear()
         if self.definitions is not None:
             self.definitions.close()
 
@@ -273,7 +277,7 @@ class VHost:
         exchange = self.exchanges.get(name)
         if exchange is None:
             return  # RabbitMQ answers delete-ok for a missing exchange
-        if if_unused and (exchange.has_bindings() or exchange.bound_from):
+        if if_unused and (exchange.has_bindings() or exchange in self._sources):
             raise errors.PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use")
         self._remove_exchange(exchange)
 
@@ -283,8 +287,8 @@ class VHost:
         for binding in list(exchange.table.bindings()):
             destination = binding.destination
             if isinstance(destination, (Queue, Exchange)):
-                destination.bound_from.discard(exchange)
-        for source in list(exchange.bound_from):
+                self._discard_source(destination, exchange)
+        for source in self._sources.pop(exchange, ()):
             source.table.remove_destination(exchange)
             self._auto_delete_if_unbound(source)
         if exchange.durable and self.definitions is not None:
@@ -414,10 +418,9 @@ class VHost:
         for consumer in list(queue.consumers):
             consumer.cancelled_by_broker()
         queue.consumers.clear()
-        for exchange in list(queue.bound_from):
+        for exchange in self._sources.pop(queue, ()):
             exchange.table.remove_destination(queue)
             self._auto_delete_if_unbound(exchange)
-        queue.bound_from.clear()
         if queue.persistent and self.definitions is not None:
             # Whole or gone after a crash, never in part: see lavin.storage.queue_directories.
             aside = queue_directories.begin_delete(queue_directories.queue_directory(self.data_dir, queue.name))
@@ -447,7 +450,7 @@ class VHost:
     ) -> None:
         if not source.table.bind(destination, routing_key, arguments):
             return
-        destination.bound_from.add(source)
+        self._sources.setdefault(destination, set()).add(source)
         if persist and self._binding_is_durable(source, destination) and self.definitions is not None:
             self.definitions.bound(self._binding_def(source, destination, routing_key, arguments))
         if persist:
@@ -459,11 +462,22 @@ class VHost:
         if not source.table.unbind(destination, routing_key, arguments):
             return
         if not source.table.is_bound(destination):
-            destination.bound_from.discard(source)
+            self._discard_source(destination, source)
         if self._binding_is_durable(source, destination) and self.definitions is not None:
             self.definitions.unbound(self._binding_def(source, destination, routing_key, arguments))
         self._changed("binding", source.name, "deleted")
         self._auto_delete_if_unbound(source)
+
+    def sources_of(self, destination: Destination) -> Set[Exchange]:
+        """The exchanges with a binding to `destination` (the default exchange aside)."""
+        return self._sources.get(destination, frozenset())
+
+    def _discard_source(self, destination: Destination, source: Exchange) -> None:
+        sources = self._sources.get(destination)
+        if sources is not None:
+            sources.discard(source)
+            if not sources:
+                del self._sources[destination]
 
     @staticmethod
     def _binding_is_durable(source: Exchange, destination: Destination) -> bool:

@@ -25,7 +25,6 @@ from mypy_extensions import mypyc_attr
 if TYPE_CHECKING:
     import asyncio
 
-    from lavin.broker.routing.exchange import Exchange
     from lavin.broker.vhost import VHost
 
 # Deliveries per drain call before yielding to the loop, so one busy queue cannot starve
@@ -88,7 +87,6 @@ class Queue:
         self.auto_delete = declaration.auto_delete
         self.arguments = declaration.arguments
         self.consumers: list[Consumer] = []
-        self.bound_from: set[Exchange] = set()
         self.deleted = False
         self._had_consumer = False
         self._drain_scheduled = False

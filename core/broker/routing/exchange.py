@@ -52,7 +52,6 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments = arguments
-        self.bound_from: set[Exchange] = set()  # exchanges with a binding to this one
         self.deleted = False  # once removed from its vhost (a channel may still hold it)
         # A policy's alternate-exchange (lavin.broker.policy.policies); the argument wins over it.
         self.policy_alternate_exchange: str | None = None

@@ -49,7 +49,7 @@ def _bindings_from(vhost: VHost, source: Exchange) -> list[dict[str, Any]]:
 
 def _bindings_to(vhost: VHost, destination: Queue | Exchange) -> list[dict[str, Any]]:
     found = [shapes.default_binding_json(destination)] if isinstance(destination, Queue) else []
-    for source in sorted(destination.bound_from, key=lambda exchange: exchange.name):
+    for source in sorted(vhost.sources_of(destination), key=lambda exchange: exchange.name):
         found += [shapes.binding_json(vhost.name, source.name, binding) for binding in _between(source, destination)]
     return found
 
