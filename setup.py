@@ -31,6 +31,8 @@ HOT_MODULES = (
     "broker/queues/expiry.py",
     "broker/queues/flow.py",
     "broker/runtime/group_commit.py",
+    "broker/queues/host.py",
+    "broker/routing/host.py",
     "broker/queues/queue.py",
     "broker/vhost.py",
     "storage/segments/decoded_window.py",

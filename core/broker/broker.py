@@ -16,7 +16,7 @@ from lavin.broker.access.access_control import AccessControl
 from lavin.broker.policy.global_parameters import GlobalParameters
 from lavin.broker.routing.direct_reply import ReplyRegistry
 from lavin.broker.runtime.alarms import ResourceAlarms
-from lavin.broker.runtime.group_commit import GroupCommit, SyncWaiter
+from lavin.broker.runtime.group_commit import GroupCommit
 from lavin.broker.runtime.stats import MessageStats, ObservedConnection
 from lavin.broker.vhost import VHost
 from lavin.config import Config, StartupError
@@ -137,9 +137,6 @@ class Broker(AuthContext):
     def _permissions_changed(self, user_name: str) -> None:
         for connection in self.connections:
             connection.permissions_changed(user_name)
-
-    def wait_for_sync(self, waiter: SyncWaiter) -> None:
-        self.group_commit.wait_for_sync(waiter)
 
     # ---- running vhosts (access.RunningVHosts) --------------------------------------------
 

@@ -27,8 +27,10 @@ from lavin.broker.queues.flow import PublisherFlow
 from lavin.broker.queues.queue import BEHIND, STORED, MessageQueue, Queue, QueueDeclaration
 from lavin.broker.queues.stream_info import stream_info_reply
 from lavin.broker.queues.stream_queue import StreamQueue, check_stream_declaration
+from lavin.broker.routing.dead_letter import dead_letter
 from lavin.broker.routing.default_exchange import DefaultExchangeTable
 from lavin.broker.routing.exchange import Exchange, Target
+from lavin.broker.routing.host import ExchangeHost
 from lavin.broker.runtime.recovery_log import RecoveryLog
 from lavin.storage import queue_directories
 from lavin.storage.metadata.access_files import vhost_directory_name
@@ -58,10 +60,16 @@ Destination: TypeAlias = Queue | Exchange
 UNROUTED: Final = 8
 
 
-class VHost:
+class VHost(ExchangeHost):
+    """A vhost of `broker`; the host its queues and exchanges see through the ports it
+    subclasses (`QueueHost`, `ExchangeHost`)."""
+
     def __init__(self, broker: Broker, name: str) -> None:
         self.broker = broker
         self.name = name
+        self.loop = broker.loop
+        self.group_commit = broker.group_commit
+        self.storage = broker.storage
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # The exchanges with a binding to each queue or exchange that has one, so that a
@@ -386,7 +394,7 @@ class VHost:
         parent = self.data_dir if persistent else self.transient_dir
         path = queue_directories.queue_directory(parent, name)
         try:
-            store = queue_type.create(path, arguments, persistent, self.broker.storage)
+            store = queue_type.create(path, arguments, persistent, self.storage)
         except InvalidArgument as exc:
             raise errors.PreconditionFailed(
                 f"invalid arg '{exc.argument}' for queue '{name}' in vhost '{self.name}': {exc.reason}"
@@ -431,6 +439,9 @@ class VHost:
             queue.delete()
         self._changed("queue", queue.name, "deleted")
         return count
+
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
+        dead_letter(self.exchanges, queue, message, reason)
 
     # ---- bindings ------------------------------------------------------------------------
 
@@ -519,7 +530,7 @@ class VHost:
         replies = self.broker.replies
         if replies.deliver(message):
             return True
-        reply = stream_info_reply(self, message)
+        reply = stream_info_reply(self.queues, self.name, message)
         if reply is None:
             return False
         targets = self.route("", reply)

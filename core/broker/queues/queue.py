@@ -19,13 +19,12 @@ from lavin.broker.queues.consumer import Consumer
 from lavin.broker.queues.delivery_counts import DeliveryCounts
 from lavin.broker.queues.expiry import EXPIRATION_FLAG, ExpiryIndex, expires_at
 from lavin.broker.queues.flow import PublisherFlow
-from lavin.broker.routing.dead_letter import dead_letter
 from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
     import asyncio
 
-    from lavin.broker.vhost import VHost
+    from lavin.broker.queues.host import QueueHost
 
 # Deliveries per drain call before yielding to the loop, so one busy queue cannot starve
 # the rest of the broker or grow a connection's write buffer without bound.
@@ -76,10 +75,10 @@ class Queue:
 
     kind = "queue"  # as a routing destination (lavin.api.Destination)
 
-    def __init__(self, vhost: VHost, declaration: QueueDeclaration, settings: QueueSettings) -> None:
+    def __init__(self, vhost: QueueHost, declaration: QueueDeclaration, settings: QueueSettings) -> None:
         self.vhost = vhost
-        self.loop = vhost.broker.loop
-        self._mark_dirty = vhost.broker.group_commit.mark_dirty
+        self.loop = vhost.loop
+        self._mark_dirty = vhost.group_commit.mark_dirty
         self.name = declaration.name
         self.settings = settings
         self.durable = declaration.durable
@@ -254,7 +253,9 @@ class MessageQueue(Queue):
     """A queue whose `QueueType` store takes, acks and requeues: TTL, length limits,
     delivery limits and dead-lettering happen here."""
 
-    def __init__(self, vhost: VHost, declaration: QueueDeclaration, settings: QueueSettings, store: QueueType) -> None:
+    def __init__(
+        self, vhost: QueueHost, declaration: QueueDeclaration, settings: QueueSettings, store: QueueType
+    ) -> None:
         super().__init__(vhost, declaration, settings)
         self.store = store
         self._rr: dict[int, int] = {}  # round-robin position per consumer priority
@@ -311,7 +312,7 @@ class MessageQueue(Queue):
         settings = self.settings
         if self._limited and settings.overflow != "drop-head" and self._full_for(message):
             if settings.overflow == "reject-publish-dlx":
-                dead_letter(self, message, "maxlen")
+                self.vhost.dead_letter(self, message, "maxlen")
             return REJECTED
         self.published += 1
         store = self.store
@@ -374,7 +375,7 @@ class MessageQueue(Queue):
 
     def _discard(self, message_id: int, message: Message, reason: str) -> None:
         """A taken message dies: dead-letter it if the queue says so, then forget it."""
-        dead_letter(self, message, reason)
+        self.vhost.dead_letter(self, message, reason)
         self.ack(message_id)
 
     # ---- consumers -----------------------------------------------------------------------
@@ -476,7 +477,7 @@ class MessageQueue(Queue):
         if self.deleted:
             return
         if self.settings.dead_letter_exchange is not None:
-            dead_letter(self, self.store.read(message_id), "rejected")
+            self.vhost.dead_letter(self, self.store.read(message_id), "rejected")
         self.ack(message_id)
 
     def requeue(self, message_ids: Iterable[int]) -> None:
@@ -548,7 +549,7 @@ class MessageQueue(Queue):
         self._arm_expiry()
 
     def _discard_removed(self, message_id: int, message: Message) -> None:
-        dead_letter(self, message, "expired")
+        self.vhost.dead_letter(self, message, "expired")
         self._mark_dirty(self)
         if self._delivery_counts is not None:
             self._delivery_counts.forget(message_id)

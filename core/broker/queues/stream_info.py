@@ -10,6 +10,7 @@ looks at the address only once a message turned out unroutable, so publishes pay
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from lavin.api import Message
@@ -18,7 +19,7 @@ from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.storage.segments.record import now_ms
 
 if TYPE_CHECKING:
-    from lavin.broker.vhost import VHost
+    from lavin.broker.queues.queue import Queue
 
 STREAM_INFO_ADDRESS = "amq.lavin.stream-info"
 ERROR_HEADER = "x-error"
@@ -29,9 +30,9 @@ _HEADERS = 0x2000
 _CORRELATION_ID = 0x0400
 
 
-def stream_info_reply(vhost: VHost, request: Message) -> Message | None:
-    """The answer to a stream-info request; None when `request` is not one or has no
-    `reply_to` (it stays unroutable then)."""
+def stream_info_reply(queues: Mapping[str, Queue], vhost: str, request: Message) -> Message | None:
+    """The answer to a stream-info request about one of `queues` (a vhost's, named
+    `vhost`); None when `request` is not one or has no `reply_to` (it stays unroutable then)."""
     if request.routing_key != STREAM_INFO_ADDRESS:
         return None
     try:
@@ -42,12 +43,12 @@ def stream_info_reply(vhost: VHost, request: Message) -> Message | None:
     if not reply_to:
         return None
     name = request.body.decode("utf-8", errors="replace")
-    queue = vhost.queues.get(name)
+    queue = queues.get(name)
     if isinstance(queue, StreamQueue):
         table = b"".join(long_field(key, value) for key, value in queue.stream_info().items())
     else:
         reason = "is not a stream" if queue is not None else "does not exist"
-        table = _string_field(ERROR_HEADER, f"queue '{name}' in vhost '{vhost.name}' {reason}")
+        table = _string_field(ERROR_HEADER, f"queue '{name}' in vhost '{vhost}' {reason}")
     flags = _HEADERS
     properties = _U32.pack(len(table)) + table
     correlation_id = props.get("correlation_id")

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable
 
-    from lavin.broker.vhost import VHost
+    from lavin.broker.queues.host import QueueHost
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,9 @@ def check_stream_declaration(
 class StreamQueue(Queue):
     """A queue whose messages stay after ack; each consumer reads from its own offset."""
 
-    def __init__(self, vhost: VHost, declaration: QueueDeclaration, settings: QueueSettings, store: StreamType) -> None:
+    def __init__(
+        self, vhost: QueueHost, declaration: QueueDeclaration, settings: QueueSettings, store: StreamType
+    ) -> None:
         super().__init__(vhost, declaration, settings)
         self.store = store
         self._readers: dict[Consumer, StreamReader] = {}
@@ -94,7 +96,7 @@ class StreamQueue(Queue):
         self._mark_dirty(self)
         if not self._commit_requested:
             self._commit_requested = True
-            self.vhost.broker.wait_for_sync(self._prepare_commit)
+            self.vhost.group_commit.wait_for_sync(self._prepare_commit)
         return NEEDS_SYNC
 
     def _prepare_commit(self) -> Callable[[bool], None]:

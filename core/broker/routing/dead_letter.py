@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -20,17 +21,18 @@ from lavin.broker.routing.sender_selected import routing_keys_of
 
 if TYPE_CHECKING:
     from lavin.broker.queues.queue import Queue
-    from lavin.broker.routing.exchange import Reached
+    from lavin.broker.routing.exchange import Exchange, Reached
 
 log = logging.getLogger(__name__)
 
 
-def dead_letter(queue: Queue, message: Message, reason: str) -> None:
-    """Route a copy of `message` to the queue's dead-letter exchange, if it has one."""
+def dead_letter(exchanges: Mapping[str, Exchange], queue: Queue, message: Message, reason: str) -> None:
+    """Route a copy of `message` to the queue's dead-letter exchange, one of `exchanges` (its
+    vhost's), if it has one."""
     settings = queue.settings
     if settings.dead_letter_exchange is None:
         return
-    exchange = queue.vhost.exchanges.get(settings.dead_letter_exchange)
+    exchange = exchanges.get(settings.dead_letter_exchange)
     if exchange is None:
         log.debug(
             "queue %s: dead-letter exchange %s is missing, message dropped",

@@ -73,7 +73,7 @@ class DelayedMessages:
         self.exchange = exchange
         # Named like LavinMQ's internal queue; `amq.` names cannot clash with a client's queue.
         self.name = f"amq.delayed-{exchange.name}"
-        self.store = SegmentStore(path, durable, exchange.vhost.broker.storage.segment_size)
+        self.store = SegmentStore(path, durable, exchange.vhost.storage.segment_size)
         self.deleted = False
         self._due: list[tuple[int, int]] = []  # heap of (due ms, message id)
         self._timer: asyncio.TimerHandle | None = None
@@ -141,7 +141,7 @@ class DelayedMessages:
                 return
             self._timer.cancel()
         self._timer_due = due
-        loop = self.exchange.vhost.broker.loop
+        loop = self.exchange.vhost.loop
         self._timer = loop.call_later(max(0.0, (due - now_ms()) / 1000), self._release_due)
 
     def _release_due(self) -> None:
@@ -164,4 +164,4 @@ class DelayedMessages:
         self._arm()
 
     def _mark_dirty(self) -> None:
-        self.exchange.vhost.broker.group_commit.mark_dirty(self)
+        self.exchange.vhost.group_commit.mark_dirty(self)

@@ -18,7 +18,7 @@ from lavin.broker.routing.delayed_store import DelayedMessages
 from lavin.broker.routing.sender_selected import routing_keys_of, strip_bcc
 
 if TYPE_CHECKING:
-    from lavin.broker.vhost import VHost
+    from lavin.broker.routing.host import ExchangeHost
 
 # Where a routed message is stored: a queue, the hold of a delayed exchange, or the memory
 # of a deduplicating one. Each takes it with `publish(message)`, answering like Queue.publish.
@@ -34,7 +34,7 @@ class Exchange:
 
     def __init__(
         self,
-        vhost: VHost,
+        vhost: ExchangeHost,
         name: str,
         type_name: str,
         table: ExchangeType,
