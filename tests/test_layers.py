@@ -56,6 +56,9 @@ def test_the_sources_keep_every_contract(tmp_path: Path) -> None:
         ("lavin/api/queue.py", "from lavin.storage import disk", "lavin.api imports nothing of the core"),
         ("lavin/plugins/exchanges/direct.py", "from lavin.broker.queues import queue", "import only lavin.api"),
         ("lavin/management/routes/channels.py", "from lavin.amqp import channel", "not import the AMQP layer"),
+        ("lavin/broker/runtime/stats.py", "from lavin.broker.broker import Broker", "inside lavin.broker"),
+        ("lavin/broker/queues/queue.py", "from lavin.broker.routing.exchange import Exchange", "inside lavin.broker"),
+        ("lavin/broker/policy/policies.py", "from lavin.broker.queues.queue import Queue", "inside lavin.broker"),
     ],
 )
 def test_a_back_edge_breaks_a_contract(tmp_path: Path, module: str, back_edge: str, contract: str) -> None:
