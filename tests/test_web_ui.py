@@ -118,7 +118,7 @@ def test_every_ui_file_is_served_with_its_security_headers(ui_broker: BrokerProc
 
 
 def test_only_shipped_files_are_served(ui_broker: BrokerProcess) -> None:
-    for name in ("../ui_routes.py", "%2E%2E/ui_routes.py", "js/../../app.py", "nothing.js"):
+    for name in ("../app.py", "%2E%2E/app.py", "../routes/ui.py", "js/../../app.py", "nothing.js"):
         response = requests.get(f"{ui_broker.http_url}/ui/{name}", timeout=10)
         assert response.status_code == 404, name
         assert response.json() == {"error": "Object Not Found", "reason": "Not Found"}
