@@ -23,6 +23,7 @@ HOT_MODULES = (
     "amqp/confirms.py",
     "amqp/connection.py",
     "amqp/consumer.py",
+    "amqp/output.py",
     "api/field_table.py",
     "api/message.py",
     "broker/queues/consumer.py",

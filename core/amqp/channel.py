@@ -58,6 +58,8 @@ Unacked = tuple[Settles, int, ChannelConsumer | None]
 class Channel:
     def __init__(self, connection: Connection, channel_id: int, vhost: VHost, authorization: Authorization) -> None:
         self.connection = connection
+        self.output = connection.output  # deliveries write here directly
+        self.frame_max = connection.frame_max  # negotiated before any channel opens
         self.id = channel_id
         self.vhost = vhost
         self.authorization = authorization
@@ -165,7 +167,7 @@ class Channel:
         if index == commands.Channel.CloseOk.index:
             self.connection.channel_closed(self)
         elif index == commands.Channel.Close.index:
-            self.connection.send(codec.method_frame(self.id, commands.Channel.CloseOk()))
+            self.output.send(codec.method_frame(self.id, commands.Channel.CloseOk()))
             self.connection.channel_closed(self)
 
     def _start_publish(self, payload: bytes) -> None:
@@ -402,9 +404,9 @@ class Channel:
         self.published += 1
         if status & UNROUTED and mandatory:
             self.returned_unroutable += 1
-            connection.send(
+            self.output.send(
                 codec.return_frame(self.id, 312, "NO_ROUTE", exchange, message.routing_key)
-                + codec.content_frames(self.id, message.properties, message.body, connection.frame_max)
+                + codec.content_frames(self.id, message.properties, message.body, self.frame_max)
             )
         confirms = self.confirms
         if confirms is not None:
@@ -446,12 +448,13 @@ class Channel:
             self.consumer_unacked += 1
             if self._arm_timeout:
                 self._watch_unacked(tag, consumer.queue)
-        connection = self.connection
-        if len(message.body) > connection.frame_max - codec.FRAME_OVERHEAD:
-            parts = codec.deliver_parts(self.id, consumer.tag_bytes, tag, redelivered, message, connection.frame_max)
-            connection.send_parts(parts)
+        output = self.output
+        frame_max = self.frame_max
+        if len(message.body) > frame_max - codec.FRAME_OVERHEAD:
+            parts = codec.deliver_parts(self.id, consumer.tag_bytes, tag, redelivered, message, frame_max)
+            output.send_parts(parts)
             return
-        connection.send(consumer.frames.encode(tag, redelivered, message, connection.frame_max))
+        output.send(consumer.frames.encode(tag, redelivered, message, frame_max))
 
     def start_reply_consumer(self, tag: str, no_ack: bool) -> None:
         if not no_ack:
@@ -468,7 +471,7 @@ class Channel:
     def get(self, queue: MessageQueue, no_ack: bool) -> None:
         item = queue.get()
         if item is None:
-            self.connection.send(codec.method_frame(self.id, commands.Basic.GetEmpty()))
+            self.output.send(codec.method_frame(self.id, commands.Basic.GetEmpty()))
             return
         message_id, message, redelivered = item
         self._next_tag += 1
@@ -487,9 +490,9 @@ class Channel:
             queue.unacked += 1
             if self._timeout_timer is None:
                 self._watch_unacked(tag, queue)  # RabbitMQ times out basic.get deliveries too
-        self.connection.send(
+        self.output.send(
             codec.get_ok_frame(self.id, tag, redelivered, message.exchange, message.routing_key, queue.message_count)
-            + codec.content_frames(self.id, message.properties, message.body, self.connection.frame_max)
+            + codec.content_frames(self.id, message.properties, message.body, self.frame_max)
         )
 
     # ---- consumer timeout ----------------------------------------------------------------
@@ -661,9 +664,7 @@ class Channel:
             return
         capabilities = self.connection.client_properties.get("capabilities") or {}
         if capabilities.get("consumer_cancel_notify"):
-            self.connection.send(
-                codec.method_frame(self.id, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
-            )
+            self.output.send(codec.method_frame(self.id, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)))
 
     # ---- what the management API reads ---------------------------------------------------
 
@@ -723,7 +724,7 @@ class Channel:
             exc.reply_code,
             printable(exc.reply_text),
         )
-        self.connection.send(
+        self.output.send(
             codec.method_frame(
                 self.id,
                 commands.Channel.Close(

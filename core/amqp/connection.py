@@ -21,6 +21,7 @@ import lavin
 from lavin.amqp import codec
 from lavin.amqp.authorization import Authorization, NeedsAuthorization
 from lavin.amqp.channel import Channel
+from lavin.amqp.output import PAUSED_FOR_ALARM, PAUSED_FOR_AUTHORIZATION, PAUSED_FOR_LOGIN, Output
 from lavin.api import errors
 from lavin.api.auth import AuthBackend, User
 from lavin.api.field_table import decode_table
@@ -46,10 +47,6 @@ LOGIN_REFUSAL_DELAY: Final = 1.0
 # A body frame at least this large that a read ends in is received in place (`_fill_sink`).
 SINK_MIN: Final = 4096
 _NO_SINK: Final = memoryview(b"")
-# Output beyond this many bytes waiting for the socket pauses the connection: deliveries
-# stop and its own input is not read, so nothing it asks for can pile up in memory.
-WRITE_BUFFER_HIGH: Final = 4 * 1024 * 1024
-WRITE_BUFFER_LOW: Final = 1024 * 1024
 
 SERVER_CAPABILITIES: Final[FieldTable] = {
     "publisher_confirms": True,
@@ -73,13 +70,6 @@ CLOSING: Final = 5
 CLOSED: Final = 6  # close-ok sent (the socket lingers until the client closes it) or gone
 AUTHENTICATING: Final = 7  # start-ok received, the auth backends not done yet (or a refusal waits)
 
-# Why the client's socket is not read; reading resumes once no reason is left.
-PAUSED_FOR_LOGIN: Final = 1  # the auth backends are asked, or a refused login waits for its answer
-PAUSED_FOR_FLOW: Final = 2  # a queue it publishes to holds it (PublisherFlow)
-PAUSED_FOR_OUTPUT: Final = 4  # what we write to it is over the high-water mark: it does not read
-PAUSED_FOR_ALARM: Final = 8  # a resource alarm blocks it as a publisher
-PAUSED_FOR_AUTHORIZATION: Final = 16  # a frame waits for an authorizer's answer (NeedsAuthorization)
-
 
 class Connection(asyncio.Protocol):
     """The AMQP side of one TCP connection."""
@@ -88,7 +78,7 @@ class Connection(asyncio.Protocol):
         self.broker = broker
         self.alarms: ResourceAlarms = broker.alarms
         self.loop = broker.loop
-        self.transport: asyncio.Transport | None = None
+        self.output = Output(broker.loop)
         self.state = AWAIT_HEADER
         self.buffer = bytearray()
         self._frame_end = 0  # where the first frame in `buffer` ends, once its header is in
@@ -110,13 +100,7 @@ class Connection(asyncio.Protocol):
         self.peer_host = ""
         self.peer = ""
         self.client_properties: dict[str, Any] = {}
-        self.writable = True
-        self.paused_by = 0  # PAUSED_FOR_* bits
-        self._out: list[bytes | memoryview] = []
-        self._gather = False  # _out holds a large delivery's pieces: written without a join
-        self._flush_scheduled = False
         self._received_since_tick = False
-        self._sent_since_tick = False
         self._missed_heartbeats = 0
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
@@ -129,9 +113,8 @@ class Connection(asyncio.Protocol):
         self.close_reason: str | None = None  # for the log: "" the client closed it, None it just went
         self.auth_mechanism = ""
         self.connected_at = 0  # ms since the epoch
-        self.recv_oct = 0  # bytes read and written (statistics: one addition per socket read or write)
+        self.recv_oct = 0  # bytes read (statistics: one addition per socket read)
         self.received_at = 0  # ms since the epoch of the last read: the timestamp of what it published
-        self.send_oct = 0
 
     @property
     def name(self) -> str:
@@ -143,14 +126,13 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport; uvloop's does not subclass asyncio.Transport, so no isinstance.
         stream = cast(asyncio.Transport, transport)
-        self.transport = stream
+        self.output.attach(stream)
         peername = stream.get_extra_info("peername") or ("", 0)
         self.peer_host = str(peername[0])
         self.peer = f"{peername[0]}:{peername[1]}"
         local = stream.get_extra_info("sockname") or ("", 0)
         self._local = sys.intern(f"{local[0]}:{local[1]}")  # the same for every connection to a listener
-        stream.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
-        self.flow = PublisherFlow(self._pause_for_flow, self._resume_for_flow)
+        self.flow = PublisherFlow(self.output.pause_for_flow, self.output.resume_for_flow)
         self.connected_at = int(time.time() * 1000)
         self.broker.connections.add(self)
         # A client that never finishes the handshake must not hold a socket forever.
@@ -170,12 +152,10 @@ class Connection(asyncio.Protocol):
             self.broker.registry.hooks.lavin_connection_closed(connection=self)
 
     def pause_writing(self) -> None:
-        self.writable = False
-        self._pause_reading(PAUSED_FOR_OUTPUT)
+        self.output.pause_writing()
 
     def resume_writing(self) -> None:
-        self.writable = True
-        self._resume_reading(PAUSED_FOR_OUTPUT)
+        self.output.resume_writing()
         for channel in list(self.channels.values()):
             channel.resume_deliveries()
 
@@ -186,8 +166,8 @@ class Connection(asyncio.Protocol):
         self.recv_oct += len(data)
         self.received_at = int(time.time() * 1000)
         buffer = self.buffer
-        if self.paused_by & PAUSED_FOR_AUTHORIZATION:  # what was read already waits behind that frame
-            buffer += data
+        if self.output.reading_paused_by & PAUSED_FOR_AUTHORIZATION:
+            buffer += data  # what was read already waits behind the frame that waits for an answer
             return
         try:
             start = 0
@@ -229,9 +209,10 @@ class Connection(asyncio.Protocol):
         if header != codec.PROTOCOL_HEADER:
             self._log_foreign_header(header)
             # The spec's answer to a header we don't speak: ours, then close.
-            if self.transport is not None:
-                self.transport.write(codec.PROTOCOL_HEADER)
-                self.transport.close()
+            transport = self.output.transport
+            if transport is not None:
+                transport.write(codec.PROTOCOL_HEADER)
+                transport.close()
             self.state = CLOSED
             return False
         self._send_start()
@@ -444,7 +425,7 @@ class Connection(asyncio.Protocol):
             mechanisms="PLAIN AMQPLAIN EXTERNAL" if self._tls() is not None else "PLAIN AMQPLAIN",
             locales="en_US",
         )
-        self.send(codec.method_frame(0, start))
+        self.output.send(codec.method_frame(0, start))
 
     def _on_start_ok(self, method: commands.Connection.StartOk) -> None:
         """Authenticate without blocking the loop: reading pauses until the backends answer
@@ -460,7 +441,7 @@ class Connection(asyncio.Protocol):
             self._refuse_login(exc)
             return
         self.state = AUTHENTICATING
-        self._pause_reading(PAUSED_FOR_LOGIN)
+        self.output.pause_reading(PAUSED_FOR_LOGIN)
         task = self.loop.create_task(self.broker.login(username, password, self.peer_host, method.mechanism))
         task.add_done_callback(self._authenticated)
 
@@ -476,7 +457,7 @@ class Connection(asyncio.Protocol):
             log.exception("authentication of a client from %s failed", self.peer)
             self._refuse_login(errors.ConnectionAccessRefused("authentication failed"))
             return
-        self._resume_reading(PAUSED_FOR_LOGIN)
+        self.output.resume_reading(PAUSED_FOR_LOGIN)
         self.user = user
         self.auth_backend = backend
         self.authorization = Authorization(user)
@@ -485,7 +466,7 @@ class Connection(asyncio.Protocol):
             frame_max=self.broker.config.frame_max,
             heartbeat=self.broker.config.heartbeat,
         )
-        self.send(codec.method_frame(0, tune))
+        self.output.send(codec.method_frame(0, tune))
         self.state = AWAIT_TUNE_OK
         if self.buffer:  # frames that came in while the backends were asked
             self.data_received(b"")
@@ -494,7 +475,7 @@ class Connection(asyncio.Protocol):
         """Answer a failed login after LOGIN_REFUSAL_DELAY: one timer, the socket unread
         meanwhile, so a client guessing passwords gets one answer per delay and connection."""
         self.state = AUTHENTICATING
-        self._pause_reading(PAUSED_FOR_LOGIN)
+        self.output.pause_reading(PAUSED_FOR_LOGIN)
         if self._close_timer is not None:  # the handshake timeout: the refusal comes sooner
             self._close_timer.cancel()
         self._close_timer = self.loop.call_later(LOGIN_REFUSAL_DELAY, self._answer_refused_login, exc)
@@ -502,7 +483,7 @@ class Connection(asyncio.Protocol):
     def _answer_refused_login(self, exc: errors.ConnectionAccessRefused) -> None:
         self._close_timer = None
         if self._client_can("authentication_failure_close"):
-            self._resume_reading(PAUSED_FOR_LOGIN)  # for the close-ok
+            self.output.resume_reading(PAUSED_FOR_LOGIN)  # for the close-ok
             self.close_with_error(exc)
         else:
             self.abort()  # pre-capability clients expect the socket to just close
@@ -514,9 +495,10 @@ class Connection(asyncio.Protocol):
 
     def _tls(self) -> ssl.SSLObject | None:
         """The TLS session the client's bytes arrive through (on AMQPS, or WebSocket over HTTPS)."""
-        if self.transport is None:
+        transport = self.output.transport
+        if transport is None:
             return None
-        tls: ssl.SSLObject | None = self.transport.get_extra_info("ssl_object")
+        tls: ssl.SSLObject | None = transport.get_extra_info("ssl_object")
         return tls
 
     def _credentials(self, mechanism: str, response: str | bytes) -> tuple[str, str | None]:
@@ -562,7 +544,7 @@ class Connection(asyncio.Protocol):
         if self._close_timer is not None:
             self._close_timer.cancel()
             self._close_timer = None
-        self.send(codec.method_frame(0, commands.Connection.OpenOk()))
+        self.output.send(codec.method_frame(0, commands.Connection.OpenOk()))
         log.info(
             "connection %s: user '%s' authenticated and granted access to vhost '%s'",
             self._log_name(),
@@ -575,7 +557,7 @@ class Connection(asyncio.Protocol):
 
     def _await_authorization(self, answer: Awaitable[object]) -> None:
         """A frame waits for `answer`: read nothing until it is in, then parse that frame again."""
-        self._pause_reading(PAUSED_FOR_AUTHORIZATION)
+        self.output.pause_reading(PAUSED_FOR_AUTHORIZATION)
         wait = asyncio.ensure_future(answer)
         self._authorization_wait = wait
         wait.add_done_callback(self._authorization_answered)
@@ -584,7 +566,7 @@ class Connection(asyncio.Protocol):
         if wait is not self._authorization_wait:  # cancelled: the connection is closing
             return
         self._authorization_wait = None
-        self._resume_reading(PAUSED_FOR_AUTHORIZATION)
+        self.output.resume_reading(PAUSED_FOR_AUTHORIZATION)
         if self.buffer and self.state != CLOSED:
             self.data_received(b"")
 
@@ -593,7 +575,7 @@ class Connection(asyncio.Protocol):
         self._authorization_wait = None
         if wait is not None:
             wait.cancel()
-        self._resume_reading(PAUSED_FOR_AUTHORIZATION)
+        self.output.resume_reading(PAUSED_FOR_AUTHORIZATION)
 
     def permissions_changed(self, user_name: str) -> None:
         """The permissions of `user_name` changed: if that is this connection's user, ask
@@ -629,7 +611,7 @@ class Connection(asyncio.Protocol):
             printable(user.name),
             printable(method.reason or ""),
         )
-        self.send(codec.method_frame(0, commands.Connection.UpdateSecretOk()))
+        self.output.send(codec.method_frame(0, commands.Connection.UpdateSecretOk()))
 
     async def _check_secret(self, secret: str) -> User | errors.NotAllowed:
         """The user with the new secret, or the error that closes the connection (530, with
@@ -679,7 +661,7 @@ class Connection(asyncio.Protocol):
             )
         assert self.vhost is not None and self.authorization is not None
         self.channels[channel_id] = Channel(self, channel_id, self.vhost, self.authorization)
-        self.send(codec.channel_open_ok_frame(channel_id))
+        self.output.send(codec.channel_open_ok_frame(channel_id))
 
     def channel_closed(self, channel: Channel) -> None:
         if self.channels.pop(channel.id, None) is not None:
@@ -689,7 +671,7 @@ class Connection(asyncio.Protocol):
     def snapshot(self) -> ConnectionSnapshot:
         """What it is now, for the statistics and the management API."""
         # A closed transport may no longer know its addresses: such a connection is not listed.
-        transport = self.transport if self.state != CLOSED else None
+        transport = self.output.transport if self.state != CLOSED else None
         peer = transport.get_extra_info("peername") if transport is not None else None
         local = transport.get_extra_info("sockname") if transport is not None else None
         tls = self._tls() if transport is not None else None
@@ -709,48 +691,12 @@ class Connection(asyncio.Protocol):
             self.frame_max,
             self.channel_max,
             self.recv_oct,
-            self.send_oct,
+            self.output.send_oct,
             [channel.snapshot() for channel in self.channels.values()],
             tls_details(tls) if tls is not None else None,
         )
 
-    # ---- writing -------------------------------------------------------------------------
-
-    def send(self, data: bytes) -> None:
-        """Queue bytes for the socket; one write per loop tick carries them all."""
-        self._out.append(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def send_parts(self, parts: list[bytes | memoryview]) -> None:
-        """Queue a large delivery's pieces: they go out in one gathered write, not joined."""
-        self._out += parts
-        self._gather = True
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        out = self._out
-        if not out:
-            return
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            out.clear()
-            return
-        self._sent_since_tick = True
-        if self._gather:
-            self._gather = False
-            self.send_oct += sum(len(part) for part in out)
-            transport.writelines(out)
-            self._out = []
-            return
-        data = b"".join(out)
-        out.clear()
-        self.send_oct += len(data)
-        transport.write(data)
+    # ---- reading -------------------------------------------------------------------------
 
     def _after_batch(self) -> None:
         """End of one read: let channels emit what they batch (confirms), and stop reading
@@ -763,41 +709,23 @@ class Connection(asyncio.Protocol):
         if flow is not None and flow.slowed_by:
             flow.end_of_batch()
 
-    def _pause_reading(self, reason: int) -> None:
-        if not self.paused_by and self.transport is not None and not self.transport.is_closing():
-            self.transport.pause_reading()
-        self.paused_by |= reason
-
-    def _resume_reading(self, reason: int) -> None:
-        if not self.paused_by & reason:
-            return
-        self.paused_by &= ~reason
-        if not self.paused_by and self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
-
-    def _pause_for_flow(self) -> None:
-        self._pause_reading(PAUSED_FOR_FLOW)
-
-    def _resume_for_flow(self) -> None:
-        self._resume_reading(PAUSED_FOR_FLOW)
-
     # ---- resource alarms -----------------------------------------------------------------
 
     def _block_publisher(self) -> None:
         """A resource alarm is on and this connection sent message content: stop reading it
         until every alarm has cleared, and say why (RabbitMQ's connection.blocked)."""
-        if self.paused_by & PAUSED_FOR_ALARM or self.state != OPEN:
+        if self.output.reading_paused_by & PAUSED_FOR_ALARM or self.state != OPEN:
             return
-        self._pause_reading(PAUSED_FOR_ALARM)
+        self.output.pause_reading(PAUSED_FOR_ALARM)
         self.alarms.hold(self)
         if self._client_can("connection.blocked"):
-            self.send(codec.method_frame(0, commands.Connection.Blocked(reason=self.alarms.reason())))
+            self.output.send(codec.method_frame(0, commands.Connection.Blocked(reason=self.alarms.reason())))
 
     def unblock(self) -> None:
         """Every alarm has cleared: read again (the ResourceAlarms port)."""
         if self.state == OPEN and self._client_can("connection.blocked"):
-            self.send(codec.method_frame(0, commands.Connection.Unblocked()))
-        self._resume_reading(PAUSED_FOR_ALARM)
+            self.output.send(codec.method_frame(0, commands.Connection.Unblocked()))
+        self.output.resume_reading(PAUSED_FOR_ALARM)
 
     # ---- closing -------------------------------------------------------------------------
 
@@ -819,8 +747,8 @@ class Connection(asyncio.Protocol):
         self._release_channels()
         self.alarms.release(self)
         self._stop_awaiting_authorization()
-        self._resume_reading(PAUSED_FOR_ALARM)  # for the close-ok; nothing else is taken now
-        self.send(
+        self.output.resume_reading(PAUSED_FOR_ALARM)  # for the close-ok; nothing else is taken now
+        self.output.send(
             codec.method_frame(
                 0,
                 commands.Connection.Close(
@@ -828,7 +756,7 @@ class Connection(asyncio.Protocol):
                 ),
             )
         )
-        self._flush()
+        self.output.flush()
         if self._close_timer is not None:
             self._close_timer.cancel()
         self._close_timer = self.loop.call_later(CLOSE_TIMEOUT, self.abort)
@@ -842,17 +770,15 @@ class Connection(asyncio.Protocol):
         self._release_channels()
         if self.vhost is not None:  # exclusive queues go at close, not when the socket does
             self.vhost.connection_closed(self)
-        self.send(codec.method_frame(0, commands.Connection.CloseOk()))
-        self._flush()
+        self.output.send(codec.method_frame(0, commands.Connection.CloseOk()))
+        self.output.flush()
         self.state = CLOSED
         if self._close_timer is not None:
             self._close_timer.cancel()
         self._close_timer = self.loop.call_later(CLOSE_TIMEOUT, self.abort)
 
     def abort(self) -> None:
-        self._flush()
-        if self.transport is not None:
-            self.transport.close()
+        self.output.close()
         self.state = CLOSED
 
     def _log_closed(self) -> None:
@@ -913,7 +839,7 @@ class Connection(asyncio.Protocol):
         # While the broker does not read the socket the client's heartbeats wait unread (as
         # RabbitMQ, which pauses its heartbeat monitor for a blocked connection); a client
         # that went away meanwhile is found when the heartbeats sent to it fail.
-        if self._received_since_tick or self.paused_by:
+        if self._received_since_tick or self.output.reading_paused_by:
             self._missed_heartbeats = 0
         else:
             self._missed_heartbeats += 1
@@ -924,12 +850,12 @@ class Connection(asyncio.Protocol):
                 self.abort()
                 return
         self._received_since_tick = False
-        if not self._sent_since_tick:
-            self.send(codec.HEARTBEAT_FRAME)
+        if not self.output.sent_since_tick:
+            self.output.send(codec.HEARTBEAT_FRAME)
             # Written now, so that the heartbeat itself is not taken for traffic at the next
             # tick: a silent connection gets one every half interval, as from RabbitMQ.
-            self._flush()
-        self._sent_since_tick = False
+            self.output.flush()
+        self.output.sent_since_tick = False
         self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
 
