@@ -30,6 +30,7 @@ from lavin.amqp.handshake import (
     OPEN,
     Handshake,
 )
+from lavin.amqp.heartbeats import Heartbeats
 from lavin.amqp.output import PAUSED_FOR_ALARM, PAUSED_FOR_AUTHORIZATION, Output
 from lavin.api import errors
 from lavin.api.auth import User
@@ -61,6 +62,7 @@ class Connection(asyncio.Protocol):
         self.loop = broker.loop
         self.output = Output(broker.loop)
         self.handshake = Handshake(self)
+        self.heartbeats = Heartbeats(self)
         self.state = AWAIT_HEADER
         self.buffer = bytearray()
         self._frame_end = 0  # where the first frame in `buffer` ends, once its header is in
@@ -74,16 +76,13 @@ class Connection(asyncio.Protocol):
         self.channels: dict[int, Channel] = {}
         self.frame_max = broker.config.frame_max
         self.channel_max = broker.config.channel_max
-        self.heartbeat = 0
         self.user: User | None = None
         self.authorization: Authorization | None = None  # from login on
         self.vhost: VHost | None = None
         self.peer_host = ""
         self.peer = ""
         self.client_properties: dict[str, Any] = {}
-        self._received_since_tick = False
-        self._missed_heartbeats = 0
-        self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self.received_since_tick = False  # read since the last heartbeat tick
         self._close_timer: asyncio.TimerHandle | None = None  # from connection.close on: ends the wait for close-ok
         self._authorization_wait: asyncio.Future[object] | None = None  # what PAUSED_FOR_AUTHORIZATION waits for
         self.dirty_channels: set[Channel] = set()
@@ -140,7 +139,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.state == CLOSED:  # close-ok sent: what the client sent before it saw it is dropped
             return
-        self._received_since_tick = True
+        self.received_since_tick = True
         self.recv_oct += len(data)
         self.received_at = int(time.time() * 1000)
         buffer = self.buffer
@@ -479,7 +478,7 @@ class Connection(asyncio.Protocol):
             self.client_properties,
             self.auth_mechanism,
             self.connected_at,
-            self.heartbeat,
+            self.heartbeats.interval,
             self.frame_max,
             self.channel_max,
             self.recv_oct,
@@ -615,43 +614,12 @@ class Connection(asyncio.Protocol):
         self.dirty_channels.clear()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._heartbeat_timer, self._close_timer):
-            if timer is not None:
-                timer.cancel()
-        self._heartbeat_timer = self._close_timer = None
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
+        self.heartbeats.stop()
         self.handshake.stop()
         self._stop_awaiting_authorization()
-
-    def start_heartbeats(self, interval: int) -> None:
-        """tune-ok: the client's heartbeat interval in seconds, 0 for none."""
-        self.heartbeat = interval
-        if interval > 0:
-            self._heartbeat_timer = self.loop.call_later(interval / 2, self._heartbeat_tick)
-
-    def _heartbeat_tick(self) -> None:
-        if self.state == CLOSED:
-            return
-        # While the broker does not read the socket the client's heartbeats wait unread (as
-        # RabbitMQ, which pauses its heartbeat monitor for a blocked connection); a client
-        # that went away meanwhile is found when the heartbeats sent to it fail.
-        if self._received_since_tick or self.output.reading_paused_by:
-            self._missed_heartbeats = 0
-        else:
-            self._missed_heartbeats += 1
-            if self._missed_heartbeats >= 4:  # ticks are half an interval: two intervals of silence
-                self.close_reason = f"missed heartbeats from client, timeout: {self.heartbeat}s"
-                if self.vhost is None:  # an opened connection logs it when it is gone
-                    log.warning("connection %s: %s", self.name, self.close_reason)
-                self.abort()
-                return
-        self._received_since_tick = False
-        if not self.output.sent_since_tick:
-            self.output.send(codec.HEARTBEAT_FRAME)
-            # Written now, so that the heartbeat itself is not taken for traffic at the next
-            # tick: a silent connection gets one every half interval, as from RabbitMQ.
-            self.output.flush()
-        self.output.sent_since_tick = False
-        self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
 
 def _duration(milliseconds: int) -> str:

@@ -208,7 +208,7 @@ class Handshake:
         config = connection.broker.config
         connection.frame_max = _negotiate("frame_max", method.frame_max, FRAME_MIN_SIZE, config.frame_max)
         connection.channel_max = _negotiate("channel_max", method.channel_max, 0, config.channel_max) or 65535
-        connection.start_heartbeats(method.heartbeat)
+        connection.heartbeats.start(method.heartbeat)
         connection.state = AWAIT_OPEN
 
     def open(self, method: commands.Connection.Open) -> None:
