@@ -1,7 +1,9 @@
-"""One client connection: handshake, frame parsing, dispatch to channels, buffered writes.
+"""One client connection: frame parsing, dispatch to channels, permission waits, closing.
 
 `data_received` parses every complete frame in one loop and dispatches synchronously, so
-order on a channel is kept for free and a batch of publishes costs no task switches.
+order on a channel is kept for free and a batch of publishes costs no task switches. The
+connection's parts have modules of their own: the handshake and login (`handshake`), the
+write side and the reasons reading pauses (`output`), heartbeats (`heartbeats`).
 """
 
 from __future__ import annotations
@@ -19,17 +21,7 @@ from typing import Any, Final, cast
 from lavin.amqp import codec
 from lavin.amqp.authorization import Authorization, NeedsAuthorization
 from lavin.amqp.channel import Channel
-from lavin.amqp.handshake import (
-    AUTHENTICATING,
-    AWAIT_HEADER,
-    AWAIT_OPEN,
-    AWAIT_START_OK,
-    AWAIT_TUNE_OK,
-    CLOSED,
-    CLOSING,
-    OPEN,
-    Handshake,
-)
+from lavin.amqp.handshake import AUTHENTICATING, AWAIT_HEADER, AWAIT_START_OK, CLOSED, CLOSING, OPEN, Handshake
 from lavin.amqp.heartbeats import Heartbeats
 from lavin.amqp.output import PAUSED_FOR_ALARM, PAUSED_FOR_AUTHORIZATION, Output
 from lavin.api import errors
@@ -45,8 +37,6 @@ from pamqp import commands
 
 log = logging.getLogger(__name__)
 
-TLS_HANDSHAKE_RECORD: Final = 0x16  # the first byte a TLS client sends
-PROXY_V2_SIGNATURE_START: Final = b"\r\n\r\n\x00\r\nQ"
 CLOSE_TIMEOUT: Final = 3.0
 # A body frame at least this large that a read ends in is received in place (`_fill_sink`).
 SINK_MIN: Final = 4096
@@ -164,7 +154,7 @@ class Connection(asyncio.Protocol):
                 if len(data) < 8:
                     buffer += data
                     return
-                if not self._check_protocol_header(data[:8]):
+                if not self.handshake.protocol_header(data[:8]):
                     return
                 data = data[8:]
             consumed = self._parse_frames(data, start)
@@ -179,29 +169,6 @@ class Connection(asyncio.Protocol):
             self.close_with_error(errors.InternalError("internal error"))
 
     # ---- parsing -------------------------------------------------------------------------
-
-    def _check_protocol_header(self, header: bytes) -> bool:
-        # Logged once the client sent something, as RabbitMQ does: port probes stay quiet.
-        log.info("accepting AMQP connection %s", self.name)
-        if header != codec.PROTOCOL_HEADER:
-            self._log_foreign_header(header)
-            # The spec's answer to a header we don't speak: ours, then close.
-            transport = self.output.transport
-            if transport is not None:
-                transport.write(codec.PROTOCOL_HEADER)
-                transport.close()
-            self.state = CLOSED
-            return False
-        self.handshake.start()
-        return True
-
-    def _log_foreign_header(self, header: bytes) -> None:
-        """Name the two mistakes a header reveals: a TLS client on the plain port, a load
-        balancer sending the PROXY protocol where it is not turned on."""
-        if header[0] == TLS_HANDSHAKE_RECORD:
-            log.warning("TLS handshake from %s on the plain AMQP port: closed", self.peer)
-        elif header.startswith(b"PROXY ") or header == PROXY_V2_SIGNATURE_START:
-            log.warning("PROXY protocol header from %s, where tcp_proxy_protocol is off: closed", self.peer)
 
     def _fill_sink(self, data: bytes) -> int:
         """Put the start of `data` into the body frame being received in place; once its end
@@ -361,30 +328,12 @@ class Connection(asyncio.Protocol):
 
     def _connection_method(self, payload: bytes) -> None:
         method = self._decode(payload)
-        expected: type[Any] | None = {
-            AWAIT_START_OK: commands.Connection.StartOk,
-            AWAIT_TUNE_OK: commands.Connection.TuneOk,
-            AWAIT_OPEN: commands.Connection.Open,
-        }.get(self.state)
         if isinstance(method, commands.Connection.Close):
             self._answer_close()
         elif isinstance(method, commands.Connection.CloseOk):
             self.abort()
-        elif expected is not None:
-            if not isinstance(method, expected):
-                raise errors.CommandInvalid(f"expected '{expected.name}', got '{method.name}'")
-            if isinstance(method, commands.Connection.StartOk):
-                self.handshake.start_ok(method)
-            elif isinstance(method, commands.Connection.TuneOk):
-                self.handshake.tune_ok(method)
-            else:
-                self.handshake.open(method)
-        elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
-            return
-        elif isinstance(method, commands.Connection.UpdateSecret):
-            self.handshake.update_secret(method)
         else:
-            raise errors.CommandInvalid(f"unexpected '{method.name}' on channel 0")
+            self.handshake.on_method(method)
 
     def client_can(self, capability: str) -> bool:
         """Whether the client advertised `capability` in connection.start-ok."""
@@ -436,6 +385,8 @@ class Connection(asyncio.Protocol):
         for channel in self.channels.values():
             channel.permissions_changed()
 
+    # ---- channels ------------------------------------------------------------------------
+
     def _channel_open(self, channel_id: int, payload: bytes) -> None:
         if self.state != OPEN:
             raise errors.CommandInvalid("channel frame before connection.open")
@@ -458,6 +409,8 @@ class Connection(asyncio.Protocol):
         if self.channels.pop(channel.id, None) is not None:
             self.broker.stats.channel_closed(channel.vhost.name, channel.message_counts())
         self.dirty_channels.discard(channel)
+
+    # ---- what the management API reads ---------------------------------------------------
 
     def snapshot(self) -> ConnectionSnapshot:
         """What it is now, for the statistics and the management API."""
@@ -487,7 +440,7 @@ class Connection(asyncio.Protocol):
             tls_details(tls) if tls is not None else None,
         )
 
-    # ---- reading -------------------------------------------------------------------------
+    # ---- the end of a read ---------------------------------------------------------------
 
     def _after_batch(self) -> None:
         """End of one read: let channels emit what they batch (confirms), and stop reading

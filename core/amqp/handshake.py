@@ -1,5 +1,5 @@
-"""The handshake of one client connection, from connection.start to open-ok, and what its
-login governs afterwards: connection.update-secret and the credentials' expiry.
+"""The handshake of one client connection, from its protocol header to open-ok, and what
+its login governs afterwards: connection.update-secret and the credentials' expiry.
 
 As LavinMQ's connection factory does, the handshake authenticates the client (PLAIN,
 AMQPLAIN, or EXTERNAL by a verified client certificate), negotiates the limits, opens the
@@ -16,7 +16,7 @@ import logging
 import platform
 import struct
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import lavin
 from lavin.amqp import codec
@@ -45,12 +45,21 @@ CLOSING: Final = 5
 CLOSED: Final = 6  # close-ok sent (the socket lingers until the client closes it) or gone
 AUTHENTICATING: Final = 7  # start-ok received, the auth backends not done yet (or a refusal waits)
 
+# What the handshake waits for in each of its states.
+NEXT_METHOD: Final[dict[int, type[Any]]] = {
+    AWAIT_START_OK: commands.Connection.StartOk,
+    AWAIT_TUNE_OK: commands.Connection.TuneOk,
+    AWAIT_OPEN: commands.Connection.Open,
+}
+
 # A client that never finishes the handshake must not hold a socket forever.
 HANDSHAKE_TIMEOUT: Final = 10.0
 # A refused login is answered this many seconds late, so that guessing passwords is slow;
 # RabbitMQ waits 3 s before it drops a connection whose handshake failed.
 LOGIN_REFUSAL_DELAY: Final = 1.0
 FRAME_MIN_SIZE: Final = 4096
+TLS_HANDSHAKE_RECORD: Final = 0x16  # the first byte a TLS client sends
+PROXY_V2_SIGNATURE_START: Final = b"\r\n\r\n\x00\r\nQ"
 
 SERVER_CAPABILITIES: Final[FieldTable] = {
     "publisher_confirms": True,
@@ -66,8 +75,9 @@ SERVER_CAPABILITIES: Final[FieldTable] = {
 
 
 class Handshake:
-    """Walks a connection through connection.start, start-ok, tune, tune-ok and open, and
-    keeps what the login needs later: the backend that authenticated the user."""
+    """Walks a connection from its protocol header through connection.start, start-ok,
+    tune, tune-ok and open, and keeps what the login needs later: the backend that
+    authenticated the user."""
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
@@ -94,10 +104,35 @@ class Handshake:
             log.warning("connection from %s did not finish the handshake in time", connection.peer)
             connection.abort()
 
-    # ---- connection.start and the login --------------------------------------------------
+    # ---- the protocol header and connection.start ----------------------------------------
 
-    def start(self) -> None:
-        """The client's protocol header is ours: offer connection.start."""
+    def protocol_header(self, header: bytes) -> bool:
+        """The client's first eight octets: whether they are AMQP 0-9-1's header, which
+        connection.start answers."""
+        connection = self.connection
+        # Logged once the client sent something, as RabbitMQ does: port probes stay quiet.
+        log.info("accepting AMQP connection %s", connection.name)
+        if header != codec.PROTOCOL_HEADER:
+            self._log_foreign_header(header)
+            # The spec's answer to a header we don't speak: ours, then close.
+            transport = connection.output.transport
+            if transport is not None:
+                transport.write(codec.PROTOCOL_HEADER)
+                transport.close()
+            connection.state = CLOSED
+            return False
+        self._start()
+        return True
+
+    def _log_foreign_header(self, header: bytes) -> None:
+        """Name the two mistakes a header reveals: a TLS client on the plain port, a load
+        balancer sending the PROXY protocol where it is not turned on."""
+        if header[0] == TLS_HANDSHAKE_RECORD:
+            log.warning("TLS handshake from %s on the plain AMQP port: closed", self.connection.peer)
+        elif header.startswith(b"PROXY ") or header == PROXY_V2_SIGNATURE_START:
+            log.warning("PROXY protocol header from %s, where tcp_proxy_protocol is off: closed", self.connection.peer)
+
+    def _start(self) -> None:
         connection = self.connection
         start = commands.Connection.Start(
             version_major=0,
@@ -116,7 +151,29 @@ class Handshake:
         connection.output.send(codec.method_frame(0, start))
         connection.state = AWAIT_START_OK
 
-    def start_ok(self, method: commands.Connection.StartOk) -> None:
+    def on_method(self, method: Any) -> None:
+        """A method on channel 0 other than close and close-ok: the next step of the
+        handshake, or once open, update-secret."""
+        expected = NEXT_METHOD.get(self.connection.state)
+        if expected is not None:
+            if not isinstance(method, expected):
+                raise errors.CommandInvalid(f"expected '{expected.name}', got '{method.name}'")
+            if isinstance(method, commands.Connection.StartOk):
+                self._start_ok(method)
+            elif isinstance(method, commands.Connection.TuneOk):
+                self._tune_ok(method)
+            else:
+                self._open(method)
+        elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
+            return
+        elif isinstance(method, commands.Connection.UpdateSecret):
+            self._update_secret(method)
+        else:
+            raise errors.CommandInvalid(f"unexpected '{method.name}' on channel 0")
+
+    # ---- the login -----------------------------------------------------------------------
+
+    def _start_ok(self, method: commands.Connection.StartOk) -> None:
         """Authenticate without blocking the loop: reading pauses until the backends answer
         (a client sends nothing before tune anyway)."""
         connection = self.connection
@@ -203,7 +260,7 @@ class Handshake:
 
     # ---- tune-ok and open ----------------------------------------------------------------
 
-    def tune_ok(self, method: commands.Connection.TuneOk) -> None:
+    def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
         connection = self.connection
         config = connection.broker.config
         connection.frame_max = _negotiate("frame_max", method.frame_max, FRAME_MIN_SIZE, config.frame_max)
@@ -211,7 +268,7 @@ class Handshake:
         connection.heartbeats.start(method.heartbeat)
         connection.state = AWAIT_OPEN
 
-    def open(self, method: commands.Connection.Open) -> None:
+    def _open(self, method: commands.Connection.Open) -> None:
         """Open the vhost, and hand the connection over."""
         connection = self.connection
         user, authorization = connection.user, connection.authorization
@@ -239,7 +296,7 @@ class Handshake:
 
     # ---- after the handshake: update-secret, expiry --------------------------------------
 
-    def update_secret(self, method: commands.Connection.UpdateSecret) -> None:
+    def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
         """connection.update-secret: the backend that authenticated the user checks the new
         secret; the frame is parsed again once it has answered, and applies the answer."""
         update = self._secret_update
