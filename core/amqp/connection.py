@@ -493,14 +493,10 @@ class Connection(asyncio.Protocol):
         self.handshake.stop()
         self._stop_awaiting_authorization()
         self.output.resume_reading(PAUSED_FOR_ALARM)  # for the close-ok; nothing else is taken now
-        self.output.send(
-            codec.method_frame(
-                0,
-                commands.Connection.Close(
-                    reply_code=reply_code, reply_text=reply_text, class_id=class_id, method_id=method_id
-                ),
-            )
+        close = commands.Connection.Close(
+            reply_code=reply_code, reply_text=reply_text, class_id=class_id, method_id=method_id
         )
+        self.output.send(codec.method_frame(0, close))
         self.output.flush()
         if self._close_timer is not None:
             self._close_timer.cancel()
