@@ -56,6 +56,7 @@ def test_the_sources_keep_every_contract(tmp_path: Path) -> None:
         ("lavin/api/queue.py", "from lavin.storage import disk", "lavin.api imports nothing of the core"),
         ("lavin/plugins/exchanges/direct.py", "from lavin.broker.queues import queue", "import only lavin.api"),
         ("lavin/management/routes/channels.py", "from lavin.amqp import channel", "not import the AMQP layer"),
+        ("lavin/amqp/output.py", "from lavin.amqp import connection", "write side imports nothing"),
     ],
 )
 def test_a_back_edge_breaks_a_contract(tmp_path: Path, module: str, back_edge: str, contract: str) -> None:

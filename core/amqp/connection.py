@@ -64,14 +64,17 @@ class Connection(asyncio.Protocol):
         self._sink_size = 0  # the frame's payload size
         self._sink_head = b""  # its first octets, for an error that names it
         self.channels: dict[int, Channel] = {}
+        # What the handshake sets: the client's properties and mechanism at start-ok, the
+        # user and its permission checks at login, the limits at tune-ok, the vhost at open.
+        self.client_properties: dict[str, Any] = {}
+        self.auth_mechanism = ""
+        self.user: User | None = None
+        self.authorization: Authorization | None = None
         self.frame_max = broker.config.frame_max
         self.channel_max = broker.config.channel_max
-        self.user: User | None = None
-        self.authorization: Authorization | None = None  # from login on
         self.vhost: VHost | None = None
         self.peer_host = ""
         self.peer = ""
-        self.client_properties: dict[str, Any] = {}
         self.received_since_tick = False  # read since the last heartbeat tick
         self._close_timer: asyncio.TimerHandle | None = None  # from connection.close on: ends the wait for close-ok
         self._authorization_wait: asyncio.Future[object] | None = None  # what PAUSED_FOR_AUTHORIZATION waits for
@@ -79,7 +82,6 @@ class Connection(asyncio.Protocol):
         self.flow: PublisherFlow | None = None
         self._local = ""  # "host:port" of the listener's end, shared between connections
         self.close_reason: str | None = None  # for the log: "" the client closed it, None it just went
-        self.auth_mechanism = ""
         self.connected_at = 0  # ms since the epoch
         self.recv_oct = 0  # bytes read (statistics: one addition per socket read)
         self.received_at = 0  # ms since the epoch of the last read: the timestamp of what it published
