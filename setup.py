@@ -23,6 +23,8 @@ HOT_MODULES = (
     "amqp/confirms.py",
     "amqp/connection.py",
     "amqp/consumer.py",
+    "amqp/consumer_timeout.py",
+    "amqp/output.py",
     "api/field_table.py",
     "api/message.py",
     "broker/queues/consumer.py",

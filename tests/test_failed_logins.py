@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from broker_process import BrokerProcess
-from lavin.amqp.connection import LOGIN_REFUSAL_DELAY
+from lavin.amqp.handshake import LOGIN_REFUSAL_DELAY
 from lavin.client.wire import PROTOCOL_HEADER, Address, Connection, connect
 from pamqp import commands
 

@@ -21,6 +21,7 @@ from lavin.testing import running_broker
 from pamqp import commands
 
 LOGGER = "lavin.amqp.connection"
+HANDSHAKE_LOGGER = "lavin.amqp.handshake"  # from the protocol header to open-ok
 DURATION = r"duration: '(\d+ms|\d+s|\d+M, \d+s)'"
 
 
@@ -62,7 +63,7 @@ def test_a_connection_logs_accepted_opened_and_closed_with_the_clients_name(brok
     accepted = wait_for_line(broker, f"accepting AMQP connection {name}")
     opened = wait_for_line(broker, f"connection {name} - {client_name}: user 'guest' authenticated")
     closed = wait_for_line(broker, f"closing AMQP connection ({name} - {client_name}, ")
-    assert f" INFO {LOGGER}: " in accepted
+    assert f" INFO {HANDSHAKE_LOGGER}: " in accepted and f" INFO {HANDSHAKE_LOGGER}: " in opened
     assert opened.endswith("user 'guest' authenticated and granted access to vhost '/'"), opened
     assert re.search(rf" INFO {LOGGER}: .*, vhost: '/', user: 'guest', {DURATION}\)$", closed), closed
     lines = broker.output.splitlines()

@@ -7,10 +7,8 @@ transactions, consumers and direct reply-to have modules of their own.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
-from collections import deque
 from collections.abc import Iterable
 from itertools import takewhile
 from typing import TYPE_CHECKING, Any, Final
@@ -19,6 +17,7 @@ from lavin.amqp import codec
 from lavin.amqp.authorization import Authorization
 from lavin.amqp.confirms import PublisherConfirms
 from lavin.amqp.consumer import ChannelConsumer
+from lavin.amqp.consumer_timeout import ConsumerTimeout
 from lavin.amqp.handlers import HANDLERS
 from lavin.amqp.reply_consumer import ReplyConsumer
 from lavin.amqp.transaction import Transaction
@@ -45,8 +44,6 @@ _EXPIRATION_OR_REPLY_TO: Final = 0x03  # flags 0x0100 and 0x0200: the high byte 
 _HEADER_ARGS: Final = struct.Struct(">HHQ")
 _USER_ID: Final = 0x10  # flag 0x0010: the low byte of the flag word
 _IMMEDIATE: Final = 0x02  # the second bit of basic.publish's flags
-# The consumer timeout check runs every eighth of the timeout, at most this many seconds apart.
-_TIMEOUT_CHECK_MAX: Final = 5.0
 # Bodies of several frames allocated whole before their frames are in, across connections.
 PREALLOCATED_BODIES_MAX: Final = 256 * 1024 * 1024
 
@@ -58,6 +55,8 @@ Unacked = tuple[Settles, int, ChannelConsumer | None]
 class Channel:
     def __init__(self, connection: Connection, channel_id: int, vhost: VHost, authorization: Authorization) -> None:
         self.connection = connection
+        self.output = connection.output  # deliveries write here directly
+        self.frame_max = connection.frame_max  # negotiated before any channel opens
         self.id = channel_id
         self.vhost = vhost
         self.authorization = authorization
@@ -77,7 +76,7 @@ class Channel:
         self.consumer_prefetch = 0
         self.global_prefetch = 0
         self.reply_consumer: ReplyConsumer | None = None  # of the direct reply-to pseudo-queue
-        self._next_tag = 0
+        self.last_delivery_tag = 0
         # publish assembly
         self._publish: tuple[str, str, bool] | None = None
         self._properties = b""
@@ -91,14 +90,8 @@ class Channel:
         self._expect_header = False
         self.confirms: PublisherConfirms | None = None  # after confirm.select
         self.tx: Transaction | None = None  # after tx.select
-        # Consumer timeout: one timer per channel, armed while deliveries may be unacked.
-        # Deliveries record no time: each check notes (highest tag so far, now), so the
-        # oldest unacked tag was delivered no later than the first note covering it.
-        self._arm_timeout = False  # the next manual-ack delivery arms the timer
-        self._timeout_timer: asyncio.TimerHandle | None = None
-        # (highest delivery tag, loop time) noted at each check; made on first use, as most
-        # channels never arm the timer and an empty deque costs hundreds of bytes
-        self._tag_notes: deque[tuple[int, float]] | None = None
+        self.consumer_timeout = ConsumerTimeout(self)
+        self.arm_timeout = False  # the next manual-ack delivery starts the consumer timeout's timer
         # Message statistics (lavin.broker.runtime.stats): only ever incremented.
         self.published = 0
         self.returned_unroutable = 0
@@ -165,7 +158,7 @@ class Channel:
         if index == commands.Channel.CloseOk.index:
             self.connection.channel_closed(self)
         elif index == commands.Channel.Close.index:
-            self.connection.send(codec.method_frame(self.id, commands.Channel.CloseOk()))
+            self.output.send(codec.method_frame(self.id, commands.Channel.CloseOk()))
             self.connection.channel_closed(self)
 
     def _start_publish(self, payload: bytes) -> None:
@@ -402,9 +395,9 @@ class Channel:
         self.published += 1
         if status & UNROUTED and mandatory:
             self.returned_unroutable += 1
-            connection.send(
+            self.output.send(
                 codec.return_frame(self.id, 312, "NO_ROUTE", exchange, message.routing_key)
-                + codec.content_frames(self.id, message.properties, message.body, connection.frame_max)
+                + codec.content_frames(self.id, message.properties, message.body, self.frame_max)
             )
         confirms = self.confirms
         if confirms is not None:
@@ -420,14 +413,14 @@ class Channel:
     # ---- deliveries ----------------------------------------------------------------------
 
     def next_delivery_tag(self) -> int:
-        self._next_tag += 1
-        return self._next_tag
+        self.last_delivery_tag += 1
+        return self.last_delivery_tag
 
     def deliver(
         self, consumer: ChannelConsumer, settles: Settles, message_id: int, message: Message, redelivered: bool
     ) -> None:
-        self._next_tag += 1
-        tag = self._next_tag
+        self.last_delivery_tag += 1
+        tag = self.last_delivery_tag
         queue = consumer.queue
         if redelivered:
             self.redelivered += 1
@@ -444,14 +437,15 @@ class Channel:
             consumer.unacked += 1
             queue.unacked += 1
             self.consumer_unacked += 1
-            if self._arm_timeout:
-                self._watch_unacked(tag, consumer.queue)
-        connection = self.connection
-        if len(message.body) > connection.frame_max - codec.FRAME_OVERHEAD:
-            parts = codec.deliver_parts(self.id, consumer.tag_bytes, tag, redelivered, message, connection.frame_max)
-            connection.send_parts(parts)
+            if self.arm_timeout:
+                self.consumer_timeout.watch(tag, consumer.queue)
+        output = self.output
+        frame_max = self.frame_max
+        if len(message.body) > frame_max - codec.FRAME_OVERHEAD:
+            parts = codec.deliver_parts(self.id, consumer.tag_bytes, tag, redelivered, message, frame_max)
+            output.send_parts(parts)
             return
-        connection.send(consumer.frames.encode(tag, redelivered, message, connection.frame_max))
+        output.send(consumer.frames.encode(tag, redelivered, message, frame_max))
 
     def start_reply_consumer(self, tag: str, no_ack: bool) -> None:
         if not no_ack:
@@ -468,11 +462,11 @@ class Channel:
     def get(self, queue: MessageQueue, no_ack: bool) -> None:
         item = queue.get()
         if item is None:
-            self.connection.send(codec.method_frame(self.id, commands.Basic.GetEmpty()))
+            self.output.send(codec.method_frame(self.id, commands.Basic.GetEmpty()))
             return
         message_id, message, redelivered = item
-        self._next_tag += 1
-        tag = self._next_tag
+        self.last_delivery_tag += 1
+        tag = self.last_delivery_tag
         if redelivered:
             self.redelivered += 1
             queue.redelivered += 1
@@ -485,69 +479,11 @@ class Channel:
             queue.got += 1
             self.unacked[tag] = (queue, message_id, None)
             queue.unacked += 1
-            if self._timeout_timer is None:
-                self._watch_unacked(tag, queue)  # RabbitMQ times out basic.get deliveries too
-        self.connection.send(
+            self.consumer_timeout.watch(tag, queue)  # RabbitMQ times out basic.get deliveries too
+        self.output.send(
             codec.get_ok_frame(self.id, tag, redelivered, message.exchange, message.routing_key, queue.message_count)
-            + codec.content_frames(self.id, message.properties, message.body, self.connection.frame_max)
+            + codec.content_frames(self.id, message.properties, message.body, self.frame_max)
         )
-
-    # ---- consumer timeout ----------------------------------------------------------------
-
-    def consumer_timeout(self, queue: Queue) -> int:
-        """Milliseconds a delivery from `queue` may stay unacked; 0: no limit."""
-        own = queue.settings.consumer_timeout
-        return self.connection.broker.config.consumer_timeout if own is None else own
-
-    def _watch_unacked(self, tag: int, queue: Queue) -> None:
-        """Arm the channel's timer for the delivery `tag` that has just been made."""
-        timeout = self.consumer_timeout(queue)
-        if not timeout:
-            return
-        self._arm_timeout = False
-        loop = self.connection.loop
-        if self._tag_notes is None:
-            self._tag_notes = deque()
-        self._tag_notes.append((tag, loop.time()))
-        self._timeout_timer = loop.call_later(_check_period(timeout), self._check_timeout)
-
-    def _check_timeout(self) -> None:
-        """Close the channel when its oldest unacked delivery is older than its queue's
-        timeout; RabbitMQ also looks at the oldest only."""
-        self._timeout_timer = None
-        unacked = self.unacked
-        notes = self._tag_notes
-        assert notes is not None  # the timer runs only after _watch_unacked
-        if self.closing or not unacked:
-            notes.clear()
-            self._arm_timeout = self._has_timed_consumer()
-            return
-        loop = self.connection.loop
-        now = loop.time()
-        if self._next_tag > notes[-1][0]:
-            notes.append((self._next_tag, now))
-        oldest = next(iter(unacked))
-        while notes[0][0] < oldest:  # everything up to that tag is settled
-            notes.popleft()
-        settles, _, consumer = unacked[oldest]
-        queue = consumer.queue if consumer is not None else settles
-        timeout = self.consumer_timeout(queue) if isinstance(queue, Queue) else 0
-        if timeout and (now - notes[0][1]) * 1000 >= timeout:
-            self.close_with_error(
-                errors.PreconditionFailed(
-                    f"delivery acknowledgement on channel {self.id} timed out. Timeout value used: {timeout} ms. "
-                    "This timeout value can be configured, see consumers doc guide to learn more"
-                )
-            )
-            return
-        self._timeout_timer = loop.call_later(_check_period(timeout), self._check_timeout)
-
-    def _is_timed(self, consumer: ChannelConsumer) -> bool:
-        """Whether `consumer`'s deliveries can time out (manual acks, a timeout on its queue)."""
-        return not consumer.no_ack and bool(self.consumer_timeout(consumer.queue))
-
-    def _has_timed_consumer(self) -> bool:
-        return any(self._is_timed(consumer) for consumer in self.consumers.values())
 
     def resume_deliveries(self) -> None:
         for consumer in self.consumers.values():
@@ -643,8 +579,7 @@ class Channel:
 
     def add_consumer(self, consumer: ChannelConsumer) -> None:
         self.consumers[consumer.tag] = consumer
-        if self._timeout_timer is None and self._is_timed(consumer):
-            self._arm_timeout = True
+        self.consumer_timeout.consumer_added(consumer)
         consumer.queue.add_consumer(consumer)
 
     def cancel_consumer(self, tag: str) -> None:
@@ -661,9 +596,7 @@ class Channel:
             return
         capabilities = self.connection.client_properties.get("capabilities") or {}
         if capabilities.get("consumer_cancel_notify"):
-            self.connection.send(
-                codec.method_frame(self.id, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
-            )
+            self.output.send(codec.method_frame(self.id, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)))
 
     # ---- what the management API reads ---------------------------------------------------
 
@@ -723,7 +656,7 @@ class Channel:
             exc.reply_code,
             printable(exc.reply_text),
         )
-        self.connection.send(
+        self.output.send(
             codec.method_frame(
                 self.id,
                 commands.Channel.Close(
@@ -735,12 +668,7 @@ class Channel:
     def release(self) -> None:
         """Cancel consumers and requeue unacked deliveries (channel or connection closed)."""
         self.stop_reply_consumer()
-        if self._timeout_timer is not None:
-            self._timeout_timer.cancel()
-            self._timeout_timer = None
-        self._arm_timeout = False
-        if self._tag_notes is not None:
-            self._tag_notes.clear()
+        self.consumer_timeout.stop()
         for consumer in list(self.consumers.values()):
             self.consumers.pop(consumer.tag, None)
             consumer.queue.remove_consumer(consumer)
@@ -752,11 +680,6 @@ class Channel:
             self.tx.rollback()
         self._publish = None
         self._drop_body()
-
-
-def _check_period(timeout: int) -> float:
-    """Seconds between consumer timeout checks; a timeout fires at most about two late."""
-    return min(timeout / 8000, _TIMEOUT_CHECK_MAX) if timeout else _TIMEOUT_CHECK_MAX
 
 
 def _parse_publish(payload: bytes) -> tuple[str, str, bool] | None:

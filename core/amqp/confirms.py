@@ -55,7 +55,7 @@ class PublisherConfirms:
 
     def _on_synced(self, seq: int, unwritten: Sequence[int] | None) -> None:
         channel = self.channel
-        if channel.closing or channel.connection.transport is None:
+        if channel.closing or channel.output.transport is None:
             return
         if unwritten is None:
             self._nack(range(max(self._confirmed, self._synced_upto) + 1, seq + 1))
@@ -74,7 +74,7 @@ class PublisherConfirms:
         if target <= self._confirmed:
             return
         channel_id = self.channel.id
-        send = self.channel.connection.send
+        send = self.channel.output.send
         nacks = self._nacks
         while nacks and nacks[0] <= target:
             nacked = nacks.pop(0)

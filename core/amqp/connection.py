@@ -1,14 +1,15 @@
-"""One client connection: handshake, frame parsing, dispatch to channels, buffered writes.
+"""One client connection: frame parsing, dispatch to channels, permission waits, closing.
 
 `data_received` parses every complete frame in one loop and dispatches synchronously, so
-order on a channel is kept for free and a batch of publishes costs no task switches.
+order on a channel is kept for free and a batch of publishes costs no task switches. The
+connection's parts have modules of their own: the handshake and login (`handshake`), the
+write side and the reasons reading pauses (`output`), heartbeats (`heartbeats`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import platform
 import ssl
 import struct
 import sys
@@ -17,68 +18,29 @@ import traceback
 from collections.abc import Awaitable
 from typing import Any, Final, cast
 
-import lavin
 from lavin.amqp import codec
 from lavin.amqp.authorization import Authorization, NeedsAuthorization
 from lavin.amqp.channel import Channel
+from lavin.amqp.handshake import AUTHENTICATING, AWAIT_HEADER, AWAIT_START_OK, CLOSED, CLOSING, OPEN, Handshake
+from lavin.amqp.heartbeats import Heartbeats
+from lavin.amqp.output import PAUSED_FOR_ALARM, PAUSED_FOR_AUTHORIZATION, Output
 from lavin.api import errors
-from lavin.api.auth import AuthBackend, User
-from lavin.api.field_table import decode_table
+from lavin.api.auth import User
 from lavin.api.printable import printable
 from lavin.broker.broker import Broker
 from lavin.broker.queues.flow import PublisherFlow
 from lavin.broker.runtime.alarms import ResourceAlarms
 from lavin.broker.runtime.stats import ConnectionSnapshot
 from lavin.broker.vhost import VHost
-from lavin.transport.certificates import external_login_name, tls_details
+from lavin.transport.certificates import tls_details
 from pamqp import commands
-from pamqp.common import FieldTable
 
 log = logging.getLogger(__name__)
 
-FRAME_MIN_SIZE: Final = 4096
-TLS_HANDSHAKE_RECORD: Final = 0x16  # the first byte a TLS client sends
-PROXY_V2_SIGNATURE_START: Final = b"\r\n\r\n\x00\r\nQ"
 CLOSE_TIMEOUT: Final = 3.0
-# A refused login is answered this many seconds late, so that guessing passwords is slow;
-# RabbitMQ waits 3 s before it drops a connection whose handshake failed.
-LOGIN_REFUSAL_DELAY: Final = 1.0
 # A body frame at least this large that a read ends in is received in place (`_fill_sink`).
 SINK_MIN: Final = 4096
 _NO_SINK: Final = memoryview(b"")
-# Output beyond this many bytes waiting for the socket pauses the connection: deliveries
-# stop and its own input is not read, so nothing it asks for can pile up in memory.
-WRITE_BUFFER_HIGH: Final = 4 * 1024 * 1024
-WRITE_BUFFER_LOW: Final = 1024 * 1024
-
-SERVER_CAPABILITIES: Final[FieldTable] = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
-
-# Handshake states
-AWAIT_HEADER: Final = 0
-AWAIT_START_OK: Final = 1
-AWAIT_TUNE_OK: Final = 2
-AWAIT_OPEN: Final = 3
-OPEN: Final = 4
-CLOSING: Final = 5
-CLOSED: Final = 6  # close-ok sent (the socket lingers until the client closes it) or gone
-AUTHENTICATING: Final = 7  # start-ok received, the auth backends not done yet (or a refusal waits)
-
-# Why the client's socket is not read; reading resumes once no reason is left.
-PAUSED_FOR_LOGIN: Final = 1  # the auth backends are asked, or a refused login waits for its answer
-PAUSED_FOR_FLOW: Final = 2  # a queue it publishes to holds it (PublisherFlow)
-PAUSED_FOR_OUTPUT: Final = 4  # what we write to it is over the high-water mark: it does not read
-PAUSED_FOR_ALARM: Final = 8  # a resource alarm blocks it as a publisher
-PAUSED_FOR_AUTHORIZATION: Final = 16  # a frame waits for an authorizer's answer (NeedsAuthorization)
 
 
 class Connection(asyncio.Protocol):
@@ -88,7 +50,9 @@ class Connection(asyncio.Protocol):
         self.broker = broker
         self.alarms: ResourceAlarms = broker.alarms
         self.loop = broker.loop
-        self.transport: asyncio.Transport | None = None
+        self.output = Output(broker.loop)
+        self.handshake = Handshake(self)
+        self.heartbeats = Heartbeats(self)
         self.state = AWAIT_HEADER
         self.buffer = bytearray()
         self._frame_end = 0  # where the first frame in `buffer` ends, once its header is in
@@ -100,38 +64,27 @@ class Connection(asyncio.Protocol):
         self._sink_size = 0  # the frame's payload size
         self._sink_head = b""  # its first octets, for an error that names it
         self.channels: dict[int, Channel] = {}
+        # What the handshake sets: the client's properties and mechanism at start-ok, the
+        # user and its permission checks at login, the limits at tune-ok, the vhost at open.
+        self.client_properties: dict[str, Any] = {}
+        self.auth_mechanism = ""
+        self.user: User | None = None
+        self.authorization: Authorization | None = None
         self.frame_max = broker.config.frame_max
         self.channel_max = broker.config.channel_max
-        self.heartbeat = 0
-        self.user: User | None = None
-        self.auth_backend: AuthBackend | None = None  # the backend that authenticated the user
-        self.authorization: Authorization | None = None  # from login on
         self.vhost: VHost | None = None
         self.peer_host = ""
         self.peer = ""
-        self.client_properties: dict[str, Any] = {}
-        self.writable = True
-        self.paused_by = 0  # PAUSED_FOR_* bits
-        self._out: list[bytes | memoryview] = []
-        self._gather = False  # _out holds a large delivery's pieces: written without a join
-        self._flush_scheduled = False
-        self._received_since_tick = False
-        self._sent_since_tick = False
-        self._missed_heartbeats = 0
-        self._heartbeat_timer: asyncio.TimerHandle | None = None
-        self._close_timer: asyncio.TimerHandle | None = None
-        self._expiry_timer: asyncio.TimerHandle | None = None  # closes it when the credentials expire
+        self.received_since_tick = False  # read since the last heartbeat tick
+        self._close_timer: asyncio.TimerHandle | None = None  # from connection.close on: ends the wait for close-ok
         self._authorization_wait: asyncio.Future[object] | None = None  # what PAUSED_FOR_AUTHORIZATION waits for
-        self._secret_update: asyncio.Task[User | errors.NotAllowed] | None = None
         self.dirty_channels: set[Channel] = set()
         self.flow: PublisherFlow | None = None
         self._local = ""  # "host:port" of the listener's end, shared between connections
         self.close_reason: str | None = None  # for the log: "" the client closed it, None it just went
-        self.auth_mechanism = ""
         self.connected_at = 0  # ms since the epoch
-        self.recv_oct = 0  # bytes read and written (statistics: one addition per socket read or write)
+        self.recv_oct = 0  # bytes read (statistics: one addition per socket read)
         self.received_at = 0  # ms since the epoch of the last read: the timestamp of what it published
-        self.send_oct = 0
 
     @property
     def name(self) -> str:
@@ -143,18 +96,16 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport; uvloop's does not subclass asyncio.Transport, so no isinstance.
         stream = cast(asyncio.Transport, transport)
-        self.transport = stream
+        self.output.attach(stream)
         peername = stream.get_extra_info("peername") or ("", 0)
         self.peer_host = str(peername[0])
         self.peer = f"{peername[0]}:{peername[1]}"
         local = stream.get_extra_info("sockname") or ("", 0)
         self._local = sys.intern(f"{local[0]}:{local[1]}")  # the same for every connection to a listener
-        stream.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
-        self.flow = PublisherFlow(self._pause_for_flow, self._resume_for_flow)
+        self.flow = PublisherFlow(self.output.pause_for_flow, self.output.resume_for_flow)
         self.connected_at = int(time.time() * 1000)
         self.broker.connections.add(self)
-        # A client that never finishes the handshake must not hold a socket forever.
-        self._close_timer = self.loop.call_later(10.0, self._handshake_timeout)
+        self.handshake.begin()
 
     def connection_lost(self, exc: Exception | None) -> None:
         was_open = self.vhost is not None
@@ -170,24 +121,22 @@ class Connection(asyncio.Protocol):
             self.broker.registry.hooks.lavin_connection_closed(connection=self)
 
     def pause_writing(self) -> None:
-        self.writable = False
-        self._pause_reading(PAUSED_FOR_OUTPUT)
+        self.output.pause_writing()
 
     def resume_writing(self) -> None:
-        self.writable = True
-        self._resume_reading(PAUSED_FOR_OUTPUT)
+        self.output.resume_writing()
         for channel in list(self.channels.values()):
             channel.resume_deliveries()
 
     def data_received(self, data: bytes) -> None:
         if self.state == CLOSED:  # close-ok sent: what the client sent before it saw it is dropped
             return
-        self._received_since_tick = True
+        self.received_since_tick = True
         self.recv_oct += len(data)
         self.received_at = int(time.time() * 1000)
         buffer = self.buffer
-        if self.paused_by & PAUSED_FOR_AUTHORIZATION:  # what was read already waits behind that frame
-            buffer += data
+        if self.output.reading_paused_by & PAUSED_FOR_AUTHORIZATION:
+            buffer += data  # what was read already waits behind the frame that waits for an answer
             return
         try:
             start = 0
@@ -207,7 +156,7 @@ class Connection(asyncio.Protocol):
                 if len(data) < 8:
                     buffer += data
                     return
-                if not self._check_protocol_header(data[:8]):
+                if not self.handshake.protocol_header(data[:8]):
                     return
                 data = data[8:]
             consumed = self._parse_frames(data, start)
@@ -222,29 +171,6 @@ class Connection(asyncio.Protocol):
             self.close_with_error(errors.InternalError("internal error"))
 
     # ---- parsing -------------------------------------------------------------------------
-
-    def _check_protocol_header(self, header: bytes) -> bool:
-        # Logged once the client sent something, as RabbitMQ does: port probes stay quiet.
-        log.info("accepting AMQP connection %s", self.name)
-        if header != codec.PROTOCOL_HEADER:
-            self._log_foreign_header(header)
-            # The spec's answer to a header we don't speak: ours, then close.
-            if self.transport is not None:
-                self.transport.write(codec.PROTOCOL_HEADER)
-                self.transport.close()
-            self.state = CLOSED
-            return False
-        self._send_start()
-        self.state = AWAIT_START_OK
-        return True
-
-    def _log_foreign_header(self, header: bytes) -> None:
-        """Name the two mistakes a header reveals: a TLS client on the plain port, a load
-        balancer sending the PROXY protocol where it is not turned on."""
-        if header[0] == TLS_HANDSHAKE_RECORD:
-            log.warning("TLS handshake from %s on the plain AMQP port: closed", self.peer)
-        elif header.startswith(b"PROXY ") or header == PROXY_V2_SIGNATURE_START:
-            log.warning("PROXY protocol header from %s, where tcp_proxy_protocol is off: closed", self.peer)
 
     def _fill_sink(self, data: bytes) -> int:
         """Put the start of `data` into the body frame being received in place; once its end
@@ -404,178 +330,31 @@ class Connection(asyncio.Protocol):
 
     def _connection_method(self, payload: bytes) -> None:
         method = self._decode(payload)
-        expected: type[Any] | None = {
-            AWAIT_START_OK: commands.Connection.StartOk,
-            AWAIT_TUNE_OK: commands.Connection.TuneOk,
-            AWAIT_OPEN: commands.Connection.Open,
-        }.get(self.state)
         if isinstance(method, commands.Connection.Close):
             self._answer_close()
         elif isinstance(method, commands.Connection.CloseOk):
             self.abort()
-        elif expected is not None:
-            if not isinstance(method, expected):
-                raise errors.CommandInvalid(f"expected '{expected.name}', got '{method.name}'")
-            if isinstance(method, commands.Connection.StartOk):
-                self._on_start_ok(method)
-            elif isinstance(method, commands.Connection.TuneOk):
-                self._on_tune_ok(method)
-            else:
-                self._on_open(method)
-        elif isinstance(method, (commands.Connection.Blocked, commands.Connection.Unblocked)):
-            return
-        elif isinstance(method, commands.Connection.UpdateSecret):
-            self._update_secret(method)
         else:
-            raise errors.CommandInvalid(f"unexpected '{method.name}' on channel 0")
+            self.handshake.on_method(method)
 
-    def _send_start(self) -> None:
-        start = commands.Connection.Start(
-            version_major=0,
-            version_minor=9,
-            server_properties={
-                "product": "Lavin",
-                "version": lavin.__version__,
-                "platform": f"Python {platform.python_version()}",
-                "information": "An AMQP 0-9-1 broker",
-                "cluster_name": self.broker.config.bind,
-                "capabilities": SERVER_CAPABILITIES,
-            },
-            mechanisms="PLAIN AMQPLAIN EXTERNAL" if self._tls() is not None else "PLAIN AMQPLAIN",
-            locales="en_US",
-        )
-        self.send(codec.method_frame(0, start))
-
-    def _on_start_ok(self, method: commands.Connection.StartOk) -> None:
-        """Authenticate without blocking the loop: reading pauses until the backends answer
-        (a client sends nothing before tune anyway)."""
-        self.client_properties = dict(method.client_properties or {})
-        if self._client_name():
-            log.info("connection %s has a client-provided name: %s", self.name, self._client_name())
-        self.auth_mechanism = method.mechanism
-        try:
-            username, password = self._credentials(method.mechanism, method.response or "")
-        except errors.ConnectionAccessRefused as exc:
-            log.warning("login from %s refused: %s", self.peer, printable(exc.text))
-            self._refuse_login(exc)
-            return
-        self.state = AUTHENTICATING
-        self._pause_reading(PAUSED_FOR_LOGIN)
-        task = self.loop.create_task(self.broker.login(username, password, self.peer_host, method.mechanism))
-        task.add_done_callback(self._authenticated)
-
-    def _authenticated(self, task: asyncio.Task[tuple[User, AuthBackend]]) -> None:
-        if self.state != AUTHENTICATING:  # the client went away meanwhile
-            return
-        try:
-            user, backend = task.result()
-        except errors.ConnectionAccessRefused as exc:
-            self._refuse_login(exc)
-            return
-        except Exception:  # a broken backend must cost this login only
-            log.exception("authentication of a client from %s failed", self.peer)
-            self._refuse_login(errors.ConnectionAccessRefused("authentication failed"))
-            return
-        self._resume_reading(PAUSED_FOR_LOGIN)
-        self.user = user
-        self.auth_backend = backend
-        self.authorization = Authorization(user)
-        tune = commands.Connection.Tune(
-            channel_max=self.broker.config.channel_max,
-            frame_max=self.broker.config.frame_max,
-            heartbeat=self.broker.config.heartbeat,
-        )
-        self.send(codec.method_frame(0, tune))
-        self.state = AWAIT_TUNE_OK
-        if self.buffer:  # frames that came in while the backends were asked
-            self.data_received(b"")
-
-    def _refuse_login(self, exc: errors.ConnectionAccessRefused) -> None:
-        """Answer a failed login after LOGIN_REFUSAL_DELAY: one timer, the socket unread
-        meanwhile, so a client guessing passwords gets one answer per delay and connection."""
-        self.state = AUTHENTICATING
-        self._pause_reading(PAUSED_FOR_LOGIN)
-        if self._close_timer is not None:  # the handshake timeout: the refusal comes sooner
-            self._close_timer.cancel()
-        self._close_timer = self.loop.call_later(LOGIN_REFUSAL_DELAY, self._answer_refused_login, exc)
-
-    def _answer_refused_login(self, exc: errors.ConnectionAccessRefused) -> None:
-        self._close_timer = None
-        if self._client_can("authentication_failure_close"):
-            self._resume_reading(PAUSED_FOR_LOGIN)  # for the close-ok
-            self.close_with_error(exc)
-        else:
-            self.abort()  # pre-capability clients expect the socket to just close
-
-    def _client_can(self, capability: str) -> bool:
+    def client_can(self, capability: str) -> bool:
         """Whether the client advertised `capability` in connection.start-ok."""
         capabilities = self.client_properties.get("capabilities")
         return isinstance(capabilities, dict) and bool(capabilities.get(capability))
 
-    def _tls(self) -> ssl.SSLObject | None:
+    def tls(self) -> ssl.SSLObject | None:
         """The TLS session the client's bytes arrive through (on AMQPS, or WebSocket over HTTPS)."""
-        if self.transport is None:
+        transport = self.output.transport
+        if transport is None:
             return None
-        tls: ssl.SSLObject | None = self.transport.get_extra_info("ssl_object")
+        tls: ssl.SSLObject | None = transport.get_extra_info("ssl_object")
         return tls
-
-    def _credentials(self, mechanism: str, response: str | bytes) -> tuple[str, str | None]:
-        """The user name and password; no password for EXTERNAL, whose user the client's
-        verified certificate names."""
-        if mechanism == "EXTERNAL":
-            config = self.broker.config
-            login = config.tls_cert_login_from, config.tls_cert_login_san_type, config.tls_cert_login_san_index
-            return external_login_name(self._tls(), *login), None
-        raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
-        if mechanism == "PLAIN":
-            parts = raw.split(b"\x00")
-            if len(parts) != 3:
-                raise errors.ConnectionAccessRefused("malformed PLAIN response")
-            return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
-        if mechanism == "AMQPLAIN":
-            try:
-                table, _ = decode_table(struct.pack(">I", len(raw)) + raw)
-            except ValueError as exc:
-                raise errors.ConnectionAccessRefused(f"malformed AMQPLAIN response: {exc}") from None
-            return str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
-        raise errors.ConnectionAccessRefused(f"unsupported authentication mechanism '{mechanism}'")
-
-    def _on_tune_ok(self, method: commands.Connection.TuneOk) -> None:
-        self.frame_max = _negotiate("frame_max", method.frame_max, FRAME_MIN_SIZE, self.broker.config.frame_max)
-        self.channel_max = _negotiate("channel_max", method.channel_max, 0, self.broker.config.channel_max) or 65535
-        self.heartbeat = method.heartbeat
-        if self.heartbeat > 0:
-            self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
-        self.state = AWAIT_OPEN
-
-    def _on_open(self, method: commands.Connection.Open) -> None:
-        assert self.user is not None and self.authorization is not None
-        vhost = self.broker.vhosts.get(method.virtual_host)
-        if vhost is None:
-            raise errors.NotAllowed(f"vhost {method.virtual_host} not found", 10, 40)
-        vhost.check_connection_limit(self.user.name)  # before the access check, as RabbitMQ
-        self.authorization.require_vhost(method.virtual_host)
-        self._watch_expiry()
-        self.vhost = vhost
-        vhost.connection_opened(self)
-        self.state = OPEN
-        if self._close_timer is not None:
-            self._close_timer.cancel()
-            self._close_timer = None
-        self.send(codec.method_frame(0, commands.Connection.OpenOk()))
-        log.info(
-            "connection %s: user '%s' authenticated and granted access to vhost '%s'",
-            self._log_name(),
-            printable(self.user.name),
-            printable(vhost.name),
-        )
-        self.broker.registry.hooks.lavin_connection_opened(connection=self)
 
     # ---- permissions ---------------------------------------------------------------------
 
     def _await_authorization(self, answer: Awaitable[object]) -> None:
         """A frame waits for `answer`: read nothing until it is in, then parse that frame again."""
-        self._pause_reading(PAUSED_FOR_AUTHORIZATION)
+        self.output.pause_reading(PAUSED_FOR_AUTHORIZATION)
         wait = asyncio.ensure_future(answer)
         self._authorization_wait = wait
         wait.add_done_callback(self._authorization_answered)
@@ -584,7 +363,7 @@ class Connection(asyncio.Protocol):
         if wait is not self._authorization_wait:  # cancelled: the connection is closing
             return
         self._authorization_wait = None
-        self._resume_reading(PAUSED_FOR_AUTHORIZATION)
+        self.output.resume_reading(PAUSED_FOR_AUTHORIZATION)
         if self.buffer and self.state != CLOSED:
             self.data_received(b"")
 
@@ -593,75 +372,22 @@ class Connection(asyncio.Protocol):
         self._authorization_wait = None
         if wait is not None:
             wait.cancel()
-        self._resume_reading(PAUSED_FOR_AUTHORIZATION)
+        self.output.resume_reading(PAUSED_FOR_AUTHORIZATION)
 
     def permissions_changed(self, user_name: str) -> None:
         """The permissions of `user_name` changed: if that is this connection's user, ask
         the authorizer again from now on (the broker's ClientConnection port)."""
         if self.authorization is not None and self.authorization.user.name == user_name:
-            self._forget_permissions()
+            self.forget_permissions()
 
-    def _forget_permissions(self) -> None:
+    def forget_permissions(self) -> None:
+        """Ask the authorizer again from now on, on every channel."""
         assert self.authorization is not None
         self.authorization.forget()
         for channel in self.channels.values():
             channel.permissions_changed()
 
-    def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
-        """connection.update-secret: the backend that authenticated the user checks the new
-        secret; the frame is parsed again once it has answered, and applies the answer."""
-        update = self._secret_update
-        if update is None:
-            self._secret_update = update = self.loop.create_task(self._check_secret(method.new_secret or ""))
-            raise NeedsAuthorization(update)
-        self._secret_update = None
-        user = update.result()
-        if isinstance(user, errors.NotAllowed):
-            raise user
-        assert self.authorization is not None
-        self.user = user
-        self.authorization.user = user
-        self._forget_permissions()
-        self._watch_expiry()
-        log.info(
-            "connection %s: user '%s' updated secret, reason: %s",
-            self.peer,
-            printable(user.name),
-            printable(method.reason or ""),
-        )
-        self.send(codec.method_frame(0, commands.Connection.UpdateSecretOk()))
-
-    async def _check_secret(self, secret: str) -> User | errors.NotAllowed:
-        """The user with the new secret, or the error that closes the connection (530, with
-        RabbitMQ's texts). A backend without secrets keeps the user, as RabbitMQ's internal
-        backend does."""
-        user, backend = self.user, self.auth_backend
-        assert user is not None and backend is not None
-        try:
-            return await backend.update_secret(user, secret)
-        except NotImplementedError:
-            return user
-        except errors.AccessRefused as exc:
-            log.error("secret update was refused for user '%s': %s", printable(user.name), printable(exc.text))
-            return errors.NotAllowed("New secret was refused by one of the backends", 10, 70)
-        except Exception:  # a broken backend costs this connection only
-            log.exception("secret update for user '%s' failed", printable(user.name))
-            return errors.NotAllowed("Secret update failed", 10, 70)
-
-    def _watch_expiry(self) -> None:
-        """One timer closes the connection when the user's credentials expire (an OAuth2
-        token's expiry); a new secret replaces it."""
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-            self._expiry_timer = None
-        expires_at = self.user.expires_at if self.user is not None else None
-        if expires_at is not None:
-            delay = max(0.0, expires_at - time.monotonic())
-            self._expiry_timer = self.loop.call_later(delay, self._credentials_expired)
-
-    def _credentials_expired(self) -> None:
-        self._expiry_timer = None
-        self.close_with_error(errors.ConnectionAccessRefused("credential expired"))
+    # ---- channels ------------------------------------------------------------------------
 
     def _channel_open(self, channel_id: int, payload: bytes) -> None:
         if self.state != OPEN:
@@ -679,20 +405,22 @@ class Connection(asyncio.Protocol):
             )
         assert self.vhost is not None and self.authorization is not None
         self.channels[channel_id] = Channel(self, channel_id, self.vhost, self.authorization)
-        self.send(codec.channel_open_ok_frame(channel_id))
+        self.output.send(codec.channel_open_ok_frame(channel_id))
 
     def channel_closed(self, channel: Channel) -> None:
         if self.channels.pop(channel.id, None) is not None:
             self.broker.stats.channel_closed(channel.vhost.name, channel.message_counts())
         self.dirty_channels.discard(channel)
 
+    # ---- what the management API reads ---------------------------------------------------
+
     def snapshot(self) -> ConnectionSnapshot:
         """What it is now, for the statistics and the management API."""
         # A closed transport may no longer know its addresses: such a connection is not listed.
-        transport = self.transport if self.state != CLOSED else None
+        transport = self.output.transport if self.state != CLOSED else None
         peer = transport.get_extra_info("peername") if transport is not None else None
         local = transport.get_extra_info("sockname") if transport is not None else None
-        tls = self._tls() if transport is not None else None
+        tls = self.tls() if transport is not None else None
         return ConnectionSnapshot(
             self,
             self.peer_host,
@@ -705,52 +433,16 @@ class Connection(asyncio.Protocol):
             self.client_properties,
             self.auth_mechanism,
             self.connected_at,
-            self.heartbeat,
+            self.heartbeats.interval,
             self.frame_max,
             self.channel_max,
             self.recv_oct,
-            self.send_oct,
+            self.output.send_oct,
             [channel.snapshot() for channel in self.channels.values()],
             tls_details(tls) if tls is not None else None,
         )
 
-    # ---- writing -------------------------------------------------------------------------
-
-    def send(self, data: bytes) -> None:
-        """Queue bytes for the socket; one write per loop tick carries them all."""
-        self._out.append(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def send_parts(self, parts: list[bytes | memoryview]) -> None:
-        """Queue a large delivery's pieces: they go out in one gathered write, not joined."""
-        self._out += parts
-        self._gather = True
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        out = self._out
-        if not out:
-            return
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            out.clear()
-            return
-        self._sent_since_tick = True
-        if self._gather:
-            self._gather = False
-            self.send_oct += sum(len(part) for part in out)
-            transport.writelines(out)
-            self._out = []
-            return
-        data = b"".join(out)
-        out.clear()
-        self.send_oct += len(data)
-        transport.write(data)
+    # ---- the end of a read ---------------------------------------------------------------
 
     def _after_batch(self) -> None:
         """End of one read: let channels emit what they batch (confirms), and stop reading
@@ -763,41 +455,23 @@ class Connection(asyncio.Protocol):
         if flow is not None and flow.slowed_by:
             flow.end_of_batch()
 
-    def _pause_reading(self, reason: int) -> None:
-        if not self.paused_by and self.transport is not None and not self.transport.is_closing():
-            self.transport.pause_reading()
-        self.paused_by |= reason
-
-    def _resume_reading(self, reason: int) -> None:
-        if not self.paused_by & reason:
-            return
-        self.paused_by &= ~reason
-        if not self.paused_by and self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
-
-    def _pause_for_flow(self) -> None:
-        self._pause_reading(PAUSED_FOR_FLOW)
-
-    def _resume_for_flow(self) -> None:
-        self._resume_reading(PAUSED_FOR_FLOW)
-
     # ---- resource alarms -----------------------------------------------------------------
 
     def _block_publisher(self) -> None:
         """A resource alarm is on and this connection sent message content: stop reading it
         until every alarm has cleared, and say why (RabbitMQ's connection.blocked)."""
-        if self.paused_by & PAUSED_FOR_ALARM or self.state != OPEN:
+        if self.output.reading_paused_by & PAUSED_FOR_ALARM or self.state != OPEN:
             return
-        self._pause_reading(PAUSED_FOR_ALARM)
+        self.output.pause_reading(PAUSED_FOR_ALARM)
         self.alarms.hold(self)
-        if self._client_can("connection.blocked"):
-            self.send(codec.method_frame(0, commands.Connection.Blocked(reason=self.alarms.reason())))
+        if self.client_can("connection.blocked"):
+            self.output.send(codec.method_frame(0, commands.Connection.Blocked(reason=self.alarms.reason())))
 
     def unblock(self) -> None:
         """Every alarm has cleared: read again (the ResourceAlarms port)."""
-        if self.state == OPEN and self._client_can("connection.blocked"):
-            self.send(codec.method_frame(0, commands.Connection.Unblocked()))
-        self._resume_reading(PAUSED_FOR_ALARM)
+        if self.state == OPEN and self.client_can("connection.blocked"):
+            self.output.send(codec.method_frame(0, commands.Connection.Unblocked()))
+        self.output.resume_reading(PAUSED_FOR_ALARM)
 
     # ---- closing -------------------------------------------------------------------------
 
@@ -818,17 +492,14 @@ class Connection(asyncio.Protocol):
         self.close_reason = reply_text
         self._release_channels()
         self.alarms.release(self)
+        self.handshake.stop()
         self._stop_awaiting_authorization()
-        self._resume_reading(PAUSED_FOR_ALARM)  # for the close-ok; nothing else is taken now
-        self.send(
-            codec.method_frame(
-                0,
-                commands.Connection.Close(
-                    reply_code=reply_code, reply_text=reply_text, class_id=class_id, method_id=method_id
-                ),
-            )
+        self.output.resume_reading(PAUSED_FOR_ALARM)  # for the close-ok; nothing else is taken now
+        close = commands.Connection.Close(
+            reply_code=reply_code, reply_text=reply_text, class_id=class_id, method_id=method_id
         )
-        self._flush()
+        self.output.send(codec.method_frame(0, close))
+        self.output.flush()
         if self._close_timer is not None:
             self._close_timer.cancel()
         self._close_timer = self.loop.call_later(CLOSE_TIMEOUT, self.abort)
@@ -842,17 +513,16 @@ class Connection(asyncio.Protocol):
         self._release_channels()
         if self.vhost is not None:  # exclusive queues go at close, not when the socket does
             self.vhost.connection_closed(self)
-        self.send(codec.method_frame(0, commands.Connection.CloseOk()))
-        self._flush()
+        self.output.send(codec.method_frame(0, commands.Connection.CloseOk()))
+        self.output.flush()
         self.state = CLOSED
+        self.handshake.stop()
         if self._close_timer is not None:
             self._close_timer.cancel()
         self._close_timer = self.loop.call_later(CLOSE_TIMEOUT, self.abort)
 
     def abort(self) -> None:
-        self._flush()
-        if self.transport is not None:
-            self.transport.close()
+        self.output.close()
         self.state = CLOSED
 
     def _log_closed(self) -> None:
@@ -861,7 +531,7 @@ class Connection(asyncio.Protocol):
         assert self.user is not None and self.vhost is not None
         head = "closing AMQP connection (%s, vhost: '%s', user: '%s', duration: '%s')"
         args = (
-            self._log_name(),
+            self.log_name(),
             printable(self.vhost.name),
             printable(self.user.name),
             _duration(int(time.time() * 1000) - self.connected_at),
@@ -873,14 +543,14 @@ class Connection(asyncio.Protocol):
         else:
             log.warning(head + ": %s", *args, printable(self.close_reason))
 
-    def _client_name(self) -> str:
+    def client_name(self) -> str:
         """The `connection_name` the client gave in its client properties, if any."""
         name = self.client_properties.get("connection_name")
         return printable(str(name)) if name else ""
 
-    def _log_name(self) -> str:
+    def log_name(self) -> str:
         """The connection's name in the log: RabbitMQ's, then the client's name for it."""
-        client_name = self._client_name()
+        client_name = self.client_name()
         return f"{self.name} - {client_name}" if client_name else self.name
 
     def _release_channels(self) -> None:
@@ -895,42 +565,12 @@ class Connection(asyncio.Protocol):
         self.dirty_channels.clear()
 
     def _cancel_timers(self) -> None:
-        for timer in (self._heartbeat_timer, self._close_timer, self._expiry_timer):
-            if timer is not None:
-                timer.cancel()
-        self._heartbeat_timer = self._close_timer = self._expiry_timer = None
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
+        self.heartbeats.stop()
+        self.handshake.stop()
         self._stop_awaiting_authorization()
-
-    def _handshake_timeout(self) -> None:
-        self._close_timer = None
-        if self.state != OPEN:
-            log.warning("connection from %s did not finish the handshake in time", self.peer)
-            self.abort()
-
-    def _heartbeat_tick(self) -> None:
-        if self.state == CLOSED:
-            return
-        # While the broker does not read the socket the client's heartbeats wait unread (as
-        # RabbitMQ, which pauses its heartbeat monitor for a blocked connection); a client
-        # that went away meanwhile is found when the heartbeats sent to it fail.
-        if self._received_since_tick or self.paused_by:
-            self._missed_heartbeats = 0
-        else:
-            self._missed_heartbeats += 1
-            if self._missed_heartbeats >= 4:  # ticks are half an interval: two intervals of silence
-                self.close_reason = f"missed heartbeats from client, timeout: {self.heartbeat}s"
-                if self.vhost is None:  # an opened connection logs it when it is gone
-                    log.warning("connection %s: %s", self.name, self.close_reason)
-                self.abort()
-                return
-        self._received_since_tick = False
-        if not self._sent_since_tick:
-            self.send(codec.HEARTBEAT_FRAME)
-            # Written now, so that the heartbeat itself is not taken for traffic at the next
-            # tick: a silent connection gets one every half interval, as from RabbitMQ.
-            self._flush()
-        self._sent_since_tick = False
-        self._heartbeat_timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
 
 def _duration(milliseconds: int) -> str:
@@ -944,19 +584,6 @@ def _duration(milliseconds: int) -> str:
     while parts[0][0] == 0:  # leading zero units are left out; seconds always stay
         parts.pop(0)
     return ", ".join(f"{value}{unit}" for value, unit in parts)
-
-
-def _negotiate(field: str, client_value: int, minimum: int, server_value: int) -> int:
-    """Check a tune-ok value the way RabbitMQ does (both limits answer 530, naming tune)."""
-    if client_value != 0 and client_value < minimum:
-        raise errors.NotAllowed(
-            f"negotiated {field} = {client_value} is lower than the minimum allowed value ({minimum})", 10, 30
-        )
-    if server_value != 0 and (client_value == 0 or client_value > server_value):
-        raise errors.NotAllowed(
-            f"negotiated {field} = {client_value} is higher than the maximum allowed value ({server_value})", 10, 30
-        )
-    return client_value
 
 
 def _content_that_follows(

@@ -32,7 +32,7 @@ class ChannelConsumer(Consumer):
 
     def can_take(self) -> bool:
         channel = self.channel
-        if not channel.connection.writable:
+        if not channel.output.writable:
             return False
         if self.no_ack:
             return True

@@ -30,7 +30,7 @@ Handler = Callable[["Channel", Any], None]
 
 
 def _reply(channel: Channel, method: Any) -> None:
-    channel.connection.send(codec.method_frame(channel.id, method))
+    channel.output.send(codec.method_frame(channel.id, method))
 
 
 def _args(value: Any) -> dict[str, Any]:
@@ -164,7 +164,7 @@ def exchange_unbind(channel: Channel, method: c.Exchange.Unbind) -> None:
 
 
 def _declare_ok(channel: Channel, name: str, message_count: int, consumer_count: int) -> None:
-    channel.connection.send(codec.declare_ok_frame(channel.id, name, message_count, consumer_count))
+    channel.output.send(codec.declare_ok_frame(channel.id, name, message_count, consumer_count))
 
 
 def queue_declare(channel: Channel, method: c.Queue.Declare) -> None:

@@ -28,10 +28,10 @@ class ReplyConsumer:
 
     def deliver_reply(self, message: Message) -> None:
         channel = self.channel
-        connection = channel.connection
-        if not connection.writable:
+        output = channel.output
+        if not output.writable:
             return
-        connection.send(
+        output.send(
             codec.deliver_frames(
                 channel.id,
                 self.tag_bytes,
@@ -41,7 +41,7 @@ class ReplyConsumer:
                 message.routing_key,
                 message.properties,
                 message.body,
-                connection.frame_max,
+                channel.frame_max,
             )
         )
 

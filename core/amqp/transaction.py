@@ -53,7 +53,7 @@ class Transaction:
         for exchange, mandatory, message in publishes:
             needs_sync |= channel.route(exchange, mandatory, message)
         if not needs_sync:
-            channel.connection.send(codec.method_frame(channel.id, commands.Tx.CommitOk()))
+            channel.output.send(codec.method_frame(channel.id, commands.Tx.CommitOk()))
             return
         if tracing:
             group_commit.trace_publish(self, _PUBLISHES)
@@ -69,7 +69,7 @@ class Transaction:
         if unwritten is None or _PUBLISHES in unwritten:
             channel.close_with_error(errors.PreconditionFailed("partial tx completion", 90, 20))
         else:
-            channel.connection.send(codec.method_frame(channel.id, commands.Tx.CommitOk()))
+            channel.output.send(codec.method_frame(channel.id, commands.Tx.CommitOk()))
 
     def rollback(self) -> None:
         self._publishes.clear()
