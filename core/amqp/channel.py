@@ -90,7 +90,9 @@ class Channel:
         self._expect_header = False
         self.confirms: PublisherConfirms | None = None  # after confirm.select
         self.tx: Transaction | None = None  # after tx.select
-        self.consumer_timeout = ConsumerTimeout(self)
+        # Made by the first consumer or basic.get: a channel that never takes a delivery (an
+        # idle connection's) carries none.
+        self._consumer_timeout: ConsumerTimeout | None = None
         self.arm_timeout = False  # the next manual-ack delivery starts the consumer timeout's timer
         # Message statistics (lavin.broker.runtime.stats): only ever incremented.
         self.published = 0
@@ -438,7 +440,7 @@ class Channel:
             queue.unacked += 1
             self.consumer_unacked += 1
             if self.arm_timeout:
-                self.consumer_timeout.watch(tag, consumer.queue)
+                self.consumer_timeout().watch(tag, consumer.queue)
         output = self.output
         frame_max = self.frame_max
         if len(message.body) > frame_max - codec.FRAME_OVERHEAD:
@@ -479,7 +481,7 @@ class Channel:
             queue.got += 1
             self.unacked[tag] = (queue, message_id, None)
             queue.unacked += 1
-            self.consumer_timeout.watch(tag, queue)  # RabbitMQ times out basic.get deliveries too
+            self.consumer_timeout().watch(tag, queue)  # RabbitMQ times out basic.get deliveries too
         self.output.send(
             codec.get_ok_frame(self.id, tag, redelivered, message.exchange, message.routing_key, queue.message_count)
             + codec.content_frames(self.id, message.properties, message.body, self.frame_max)
@@ -575,11 +577,18 @@ class Channel:
         for queue, message_ids in by_queue.items():
             queue.requeue(message_ids)
 
+    def consumer_timeout(self) -> ConsumerTimeout:
+        """The channel's consumer timeout, made on first use."""
+        timeout = self._consumer_timeout
+        if timeout is None:
+            timeout = self._consumer_timeout = ConsumerTimeout(self)
+        return timeout
+
     # ---- consumers -----------------------------------------------------------------------
 
     def add_consumer(self, consumer: ChannelConsumer) -> None:
         self.consumers[consumer.tag] = consumer
-        self.consumer_timeout.consumer_added(consumer)
+        self.consumer_timeout().consumer_added(consumer)
         consumer.queue.add_consumer(consumer)
 
     def cancel_consumer(self, tag: str) -> None:
@@ -668,7 +677,8 @@ class Channel:
     def release(self) -> None:
         """Cancel consumers and requeue unacked deliveries (channel or connection closed)."""
         self.stop_reply_consumer()
-        self.consumer_timeout.stop()
+        if self._consumer_timeout is not None:
+            self._consumer_timeout.stop()
         for consumer in list(self.consumers.values()):
             self.consumers.pop(consumer.tag, None)
             consumer.queue.remove_consumer(consumer)

@@ -79,6 +79,10 @@ class Handshake:
     tune, tune-ok and open, and keeps what the login needs later: the backend that
     authenticated the user."""
 
+    # One per connection for its whole life: slots keep an idle connection as small as it was
+    # before the handshake had a class of its own.
+    __slots__ = ("_expiry_timer", "_secret_update", "_timer", "auth_backend", "connection")
+
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.auth_backend: AuthBackend | None = None  # the backend that authenticated the user

@@ -18,6 +18,10 @@ log = logging.getLogger(__name__)
 
 
 class Heartbeats:
+    """A connection's heartbeat ticks, from tune-ok until it closes."""
+
+    __slots__ = ("_missed", "_timer", "connection", "interval")  # one per connection: no dict
+
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.interval = 0  # seconds, as tune-ok negotiated it; 0: no heartbeats
