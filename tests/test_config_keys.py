@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -29,7 +28,6 @@ from helpers import closes_channel, open_session
 from lavin import cli as lavin_cli
 from lavin.client.wire import PROTOCOL_HEADER, Connection, connect
 from lavin.config import INI_KEYS, Config, StartupError
-from lavin.config.reference import with_settings_table
 from pamqp import commands
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -326,26 +324,6 @@ def test_the_settings_table_shows_the_defaults_in_force() -> None:
             assert row.default == f"`{str(value).lower()}`", row
         elif isinstance(value, int | float) or (isinstance(value, str) and value):
             assert row.default.startswith(f"`{value}`"), row
-
-
-def test_the_settings_table_is_the_one_the_declarations_render() -> None:
-    document = (REPO_ROOT / "docs" / "configuration.md").read_text()
-    redrawn = with_settings_table(document)
-    assert document == redrawn, "redraw it: python -m lavin.config.reference docs/configuration.md"
-
-
-def test_the_reference_command_redraws_a_stale_table(tmp_path: Path) -> None:
-    document = (REPO_ROOT / "docs" / "configuration.md").read_text()
-    stale = tmp_path / "configuration.md"
-    stale.write_text(document.replace("| `[amqp]` | `port` |", "| `[amqp]` | `prot` |"))
-    assert stale.read_text() != document
-    subprocess.run([sys.executable, "-m", "lavin.config.reference", str(stale)], check=True, timeout=30)
-    assert stale.read_text() == with_settings_table(document)
-
-
-def test_a_document_without_the_table_markers_is_refused() -> None:
-    with pytest.raises(ValueError, match="lacks the settings table's markers"):
-        with_settings_table("# Configuration\n")
 
 
 def test_the_readme_flags_are_serve_flags_with_their_env_vars() -> None:

@@ -1,30 +1,15 @@
 """The rows of lavin.broker.policy.queue_arguments are the one declaration of each queue
-argument: docs/queue-semantics.md shows them as they are, and every setting the core acts
-on comes from one of them. What the rows mean for clients is tested against real brokers
+argument: every setting the core acts on comes from one of them (tests/test_generated_docs.py
+checks the docs' table). What the rows mean for clients is tested against real brokers
 (test_queues, test_policies, test_quorum_queues, test_streams and the feature tests)."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import Counter
-from pathlib import Path
 
 from lavin.broker.policy.arguments import EXCHANGE_ARGUMENTS, QueueSettings
-from lavin.broker.policy.queue_arguments import QUEUE_ARGUMENTS, markdown_table
-
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "queue-semantics.md"
-TABLE = re.compile(r"<!-- queue-arguments:begin[^>]*-->\n(.*?)\n<!-- queue-arguments:end -->", re.DOTALL)
-REGENERATE = (
-    'python -c "from lavin.broker.policy.queue_arguments import markdown_table; print(markdown_table())"'
-    " and paste its output between the markers in docs/queue-semantics.md"
-)
-
-
-def test_the_docs_show_the_table_the_rows_make() -> None:
-    found = TABLE.findall(DOCS.read_text(encoding="utf-8"))
-    assert len(found) == 1, "docs/queue-semantics.md holds one table between the queue-arguments markers"
-    assert found[0] == markdown_table(), REGENERATE
+from lavin.broker.policy.queue_arguments import QUEUE_ARGUMENTS
 
 
 def test_every_queue_setting_comes_from_one_row() -> None:

@@ -2,7 +2,7 @@
 
 From these declarations come the config file's keys (lavin.config.loader), the options of
 `lavin serve` (lavin.cli), the checks every `Config` passes, and the table of every setting in
-docs/configuration.md (lavin.config.reference).
+docs/configuration.md (lavin.config.reference, redrawn by lavin.reference).
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """The table of every setting in docs/configuration.md, rendered from the declarations in
-lavin.config.settings.
-
-`python -m lavin.config.reference docs/configuration.md` redraws the table between its
-markers; tests/test_config_keys.py fails while the file and the declarations disagree.
-"""
+lavin.config.settings (`python -m lavin.reference` redraws it there)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, Final
 
 from lavin.config.declaration import Setting
 from lavin.config.settings import CONFIG_FILE, SETTINGS
 
-BEGIN: Final = "<!-- settings:begin (made by `python -m lavin.config.reference docs/configuration.md`) -->"
-END: Final = "<!-- settings:end -->"
 HEADER: Final = ("| section | key | flag | env var | default | meaning |", "|---|---|---|---|---|---|")
 NOT_SET_THERE: Final = "—"  # the cell of a column the setting has no entry in
 # Rows without a config-file key first, then each section's in declaration order.
@@ -51,23 +43,3 @@ def shown(default: Any) -> str:
     if isinstance(default, tuple):
         return f"`{', '.join(default)}`"
     return f"`{default}`"
-
-
-def with_settings_table(document: str) -> str:
-    """`document` with the table between its markers rendered afresh."""
-    before, begin, rest = document.partition(BEGIN)
-    _, end, after = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"the document lacks the settings table's markers:\n{BEGIN}\n{END}")
-    return f"{before}{BEGIN}\n{settings_table()}\n{END}{after}"
-
-
-def main(arguments: list[str]) -> None:
-    if len(arguments) != 1:
-        sys.exit("usage: python -m lavin.config.reference docs/configuration.md")
-    path = Path(arguments[0])
-    path.write_text(with_settings_table(path.read_text(encoding="utf-8")), encoding="utf-8")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

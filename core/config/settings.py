@@ -1,8 +1,8 @@
 """Every setting of the broker, declared once: a field of `Config` with its config-file key,
 its `lavin serve` flag and env var, its default, its check and its line in the docs.
 
-To add a setting, add a field here, then run `python -m lavin.config.reference
-docs/configuration.md` to redraw the docs' table; the loader, `lavin serve` and the checks
+To add a setting, add a field here, then run `python -m lavin.reference` to redraw the
+docs' table; the loader, `lavin serve` and the checks
 follow from the field. Settings are listed by topic: `lavin serve --help` shows the flags in
 this order, and the docs' table sorts them by config-file section.
 """

@@ -16,11 +16,9 @@ The rows are the one place a queue argument is declared. From them come:
 
 To add a queue argument, add its row. When the core acts on it, give the row a `setting`
 and add that field to `QueueSettings` (which the queue reads); when a queue type checks it
-instead, say which in `checked_by` and leave `setting` out. Then paste `markdown_table()`
-into docs/queue-semantics.md between the markers (tests/test_queue_argument_table.py fails
-until the two agree):
-
-    python -c "from lavin.broker.policy.queue_arguments import markdown_table; print(markdown_table())"
+instead, say which in `checked_by` and leave `setting` out. Then run `python -m
+lavin.reference` to redraw the table in docs/queue-semantics.md (tests/test_generated_docs.py
+fails until the two agree).
 
 The row types and the kinds of value are in `lavin.broker.policy.argument_rows`.
 """
