@@ -32,6 +32,10 @@ class ClientConnection(ObservedConnection, Protocol):
     """A client connection as the broker sees it (the protocol layer's); the statistics
     read its `snapshot`."""
 
+    @property
+    def user(self) -> User | None:
+        """Who logged in on it; None before the login."""
+
     def close(self, reply_code: int, reply_text: str) -> None:
         """Send connection.close and wait briefly for close-ok."""
 
@@ -65,7 +69,7 @@ class Broker(AuthContext):
             self.auth_backends.append(backend_class())
         self.access = AccessControl(config, self)
         self.global_parameters = GlobalParameters(config.data_dir)
-        self.access.add_listener(self._permissions_changed)
+        self.access.add_listener(self._user_changed)
         self._auth_settings: Mapping[str, Any] = MappingProxyType(
             {
                 "default_user": config.default_user,
@@ -134,9 +138,19 @@ class Broker(AuthContext):
         log.warning("login of unknown user '%s' from %s refused", printable(username), peer_host)
         raise _login_refused(mechanism)
 
-    def _permissions_changed(self, user_name: str) -> None:
-        for connection in self.connections:
-            connection.permissions_changed(user_name)
+    def _user_changed(self, user_name: str) -> None:
+        """Connections of a user whose tags or permissions changed ask again; those of a
+        deleted user are closed, as RabbitMQ closes them."""
+        if self.access.user(user_name) is not None:
+            for connection in self.connections:
+                connection.permissions_changed(user_name)
+            return
+        log.info("closing all connections of user '%s' because it is deleted", printable(user_name))
+        forced = errors.ConnectionForced(f"user '{user_name}' is deleted")  # its reply_text fits a shortstr
+        # By name, whichever backend logged them in: RabbitMQ tracks connections by user name.
+        for connection in list(self.connections):
+            if connection.user is not None and connection.user.name == user_name:
+                connection.close(forced.reply_code, forced.reply_text)
 
     # ---- running vhosts (access.RunningVHosts) --------------------------------------------
 

@@ -129,7 +129,8 @@ class AccessControl:
 
     def add_listener(self, callback: Callable[[str], None]) -> None:
         """`callback(user name)` whenever that user's tags or permissions change or the
-        user is deleted: the core drops what it cached about the user's rights."""
+        user is deleted: the core drops what it cached about the user's rights, or closes
+        the connections of a user no longer there."""
         self._listeners.append(callback)
 
     def _notify(self, names: Iterable[str]) -> None:
