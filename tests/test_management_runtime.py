@@ -374,6 +374,71 @@ def test_the_aliveness_test_publishes_and_gets_a_message(broker: BrokerProcess) 
     assert call(broker, "GET", "/api/aliveness-test/no-such-vhost").status_code == 404
 
 
+ALIVENESS_VHOST = "aliveness"
+
+
+@pytest.fixture(scope="module")
+def aliveness_vhost(broker: BrokerProcess) -> str:
+    """A vhost of its own, with users refused the aliveness test in each way RabbitMQ refuses it."""
+    ctl_ok(broker, "add_vhost", ALIVENESS_VHOST)
+    ctl_ok(broker, "set_permissions", "-p", ALIVENESS_VHOST, "guest", ".*", ".*", ".*")
+    for name, tag, patterns in (
+        ("alive-empty", "management", ("", "", "")),
+        ("alive-no-write", "management", (".*", "", ".*")),
+        ("alive-watcher", "monitoring", None),
+        ("alive-admin", "administrator", None),
+    ):
+        ctl_ok(broker, "add_user", name, "pw")
+        ctl_ok(broker, "set_user_tags", name, tag)
+        if patterns is not None:
+            ctl_ok(broker, "set_permissions", "-p", ALIVENESS_VHOST, name, *patterns)
+    return ALIVENESS_VHOST
+
+
+def refused(user: str, kind: str, name: str) -> str:
+    return f"ACCESS_REFUSED - access to {kind} '{name}' in vhost '{ALIVENESS_VHOST}' refused for user '{user}'"
+
+
+@pytest.mark.parametrize(
+    ("user", "reason"),
+    [
+        ("alive-empty", refused("alive-empty", "queue", "aliveness-test")),
+        ("alive-no-write", refused("alive-no-write", "exchange", "amq.default")),
+        ("alive-watcher", "Access refused."),  # sees every vhost, but has no access to this one
+        ("alive-admin", "Access refused."),
+    ],
+)
+def test_the_aliveness_test_runs_with_the_requesters_amqp_permissions(
+    broker: BrokerProcess, aliveness_vhost: str, user: str, reason: str
+) -> None:
+    response = call(broker, "GET", f"/api/aliveness-test/{aliveness_vhost}", (user, "pw"))
+    assert response.status_code == 401, response.text
+    assert response.json() == {"error": "not_authorised", "reason": reason}
+    # A refused user declared nothing: the queue is not there.
+    assert call(broker, "GET", f"/api/queues/{aliveness_vhost}/aliveness-test").status_code == 404
+
+
+def test_the_aliveness_test_never_takes_a_message_it_did_not_publish(
+    broker: BrokerProcess, aliveness_vhost: str
+) -> None:
+    parameters = pika.ConnectionParameters(
+        broker.host, broker.port, aliveness_vhost, pika.PlainCredentials(*GUEST), connection_attempts=1
+    )
+    path = f"/api/aliveness-test/{aliveness_vhost}"
+    with pika.BlockingConnection(parameters) as connection:
+        channel = connection.channel()
+        channel.queue_declare("aliveness-test")
+        channel.basic_publish("", "aliveness-test", b"someone else's")
+        failed = call(broker, "GET", path)
+        assert failed.status_code == 503, failed.text
+        reason = "aliveness-test queue holds messages that are not the test's"
+        assert failed.json() == {"status": "failed", "reason": reason}
+        method, _, body = channel.basic_get("aliveness-test", auto_ack=True)
+        assert method is not None and (body, method.redelivered, method.message_count) == (b"someone else's", False, 0)
+        assert get_json(broker, path) == {"status": "ok"}
+        assert channel.queue_declare("aliveness-test", passive=True).method.message_count == 0
+
+
 @pytest.mark.parametrize(
     "path",
     [

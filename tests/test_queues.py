@@ -419,6 +419,18 @@ def test_consumer_is_cancelled_when_its_queue_is_deleted(broker: BrokerProcess) 
         round_trip(amqp.channel)
 
 
+def test_delete_ok_comes_before_the_cancel_of_a_consumer_on_the_deleting_channel(broker: BrokerProcess) -> None:
+    """RabbitMQ's order: py-amqp raises ConsumerCancelled inside queue_delete otherwise."""
+    queue = unique_name("q-delete-order")
+    with RawClient(broker.port) as raw:
+        channel = raw.open_channel()
+        raw.call(channel, commands.Queue.Declare(queue=queue), commands.Queue.DeclareOk)
+        raw.call(channel, commands.Basic.Consume(queue=queue, consumer_tag="own"), commands.Basic.ConsumeOk)
+        assert raw.call(channel, commands.Queue.Delete(queue=queue), commands.Queue.DeleteOk).message_count == 0
+        assert raw.expect(channel, commands.Basic.Cancel).consumer_tag == "own"
+        raw.call(channel, commands.Basic.Qos(), commands.Basic.QosOk)  # the channel stays open
+
+
 def test_reply_text_longer_than_255_bytes_is_cut_with_an_ellipsis(broker: BrokerProcess) -> None:
     name = "q" * 250
     full = not_found_text("queue", name)

@@ -71,6 +71,9 @@ class Channel:
         self._publish_allowed_exchange: Exchange | None = None
         self._publish_allowed_key: str | None = None  # None: not a topic exchange
         self.consumers: dict[str, ChannelConsumer] = {}
+        # Tags of consumers the broker cancelled while this channel's queue.delete was under
+        # way: RabbitMQ sends delete-ok before their basic.cancel. None: cancels go out at once.
+        self._held_cancels: list[str] | None = None
         self.unacked: dict[int, Unacked] = {}
         self.consumer_unacked = 0
         self.consumer_prefetch = 0
@@ -604,8 +607,25 @@ class Channel:
         if self.consumers.pop(consumer.tag, None) is None or self.closing:
             return
         capabilities = self.connection.client_properties.get("capabilities") or {}
-        if capabilities.get("consumer_cancel_notify"):
-            self.output.send(codec.method_frame(self.id, commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True)))
+        if not capabilities.get("consumer_cancel_notify"):
+            return
+        if self._held_cancels is not None:
+            self._held_cancels.append(consumer.tag)
+        else:
+            self._send_cancel(consumer.tag)
+
+    def hold_broker_cancels(self) -> None:
+        """Keep the broker's basic.cancel frames back until `send_held_cancels`."""
+        self._held_cancels = []
+
+    def send_held_cancels(self) -> None:
+        held, self._held_cancels = self._held_cancels, None
+        for tag in held or ():
+            if not self.closing:
+                self._send_cancel(tag)
+
+    def _send_cancel(self, tag: str) -> None:
+        self.output.send(codec.method_frame(self.id, commands.Basic.Cancel(consumer_tag=tag, nowait=True)))
 
     # ---- what the management API reads ---------------------------------------------------
 

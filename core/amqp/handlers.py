@@ -255,16 +255,20 @@ def queue_delete(channel: Channel, method: c.Queue.Delete) -> None:
     name = _queue_name(channel, method.queue)
     channel.authorization.require("queue", name, "configure")  # before looking it up, as RabbitMQ
     queue = vhost.queues.get(name)
-    count = 0
     if queue is not None:
         vhost.check_exclusive(queue, channel.connection)
         if method.if_unused and queue.consumers:
             raise errors.PreconditionFailed(f"queue '{queue.name}' in vhost '{vhost.name}' in use")
         if method.if_empty and queue.message_count:
             raise errors.PreconditionFailed(f"queue '{queue.name}' in vhost '{vhost.name}' not empty")
-        count = vhost.delete_queue(queue)
-    if not method.nowait:
-        _reply(channel, c.Queue.DeleteOk(message_count=count))
+    # RabbitMQ answers delete-ok before it cancels this channel's own consumers of the queue.
+    channel.hold_broker_cancels()
+    try:
+        count = vhost.delete_queue(queue) if queue is not None else 0
+        if not method.nowait:
+            _reply(channel, c.Queue.DeleteOk(message_count=count))
+    finally:
+        channel.send_held_cancels()
 
 
 # ---- basic -----------------------------------------------------------------------------

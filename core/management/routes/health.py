@@ -5,8 +5,12 @@
   `/api/health/checks/virtual-hosts`, `/api/health/checks/port-listener/{port}`: any
   management user (a port that is not a number is a 400);
 - `/api/aliveness-test/{vhost}`: a user who may see the vhost (any for a `monitoring` user
-  or an administrator, else one it has permissions on); it declares the `aliveness-test`
-  queue, publishes a message to it and gets it back.
+  or an administrator, else one it has permissions on). As RabbitMQ, it runs as that user
+  with its AMQP permissions: access to the vhost, configure and read on the queue
+  `aliveness-test` and write on the default exchange, else 401 `not_authorised`. It declares
+  the queue, publishes a message to it and gets it back; unlike RabbitMQ, which takes
+  whatever message is at the head, it does so only when the queue holds no ready message
+  of anyone else, and otherwise fails (503) without taking any.
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ import time
 from typing import Any, Final
 
 from aiohttp import web
-from lavin.api import errors
 from lavin.api.message import Message
 from lavin.broker.broker import Broker
 from lavin.broker.queues.queue import MessageQueue
 from lavin.broker.runtime.alarms import DISK, MEMORY
-from lavin.management.http.replies import access_of, broker_of, error_response, reply
+from lavin.management.http.object_access import Permissions, channel_reply
+from lavin.management.http.replies import ObjectNotFound, access_of, broker_of, error_response, reply
+from lavin.management.http.requester import requester
 from lavin.management.http.runtime_access import running_vhost
 from lavin.management.shapes import runtime as shapes
 
@@ -76,21 +81,31 @@ async def port_listener_check(request: web.Request) -> web.Response:
 
 
 @routes.get("/api/aliveness-test/{vhost}")
+@channel_reply
 async def aliveness_test(request: web.Request) -> web.Response:
     """Declare the aliveness-test queue, publish a message to it and get it back."""
-    vhost = broker_of(request).vhosts[await running_vhost(request)]
-    try:
-        queue = vhost.declare_queue(
-            ALIVENESS_QUEUE, None, passive=False, durable=False, exclusive=False, auto_delete=False, arguments={}
-        )
-        if not isinstance(queue, MessageQueue):
-            return _health({"reason": f"queue '{ALIVENESS_QUEUE}' is a stream"})
-        message = Message("", ALIVENESS_QUEUE, NO_PROPERTIES, ALIVENESS_BODY, int(time.time() * 1000))
-        vhost.publish("", message, None)
-        item = queue.get()
-    except errors.AMQPError as exc:
-        return _health({"reason": exc.reply_text})
-    if item is None:
-        return _health({"reason": "the message published was not there to get"})
+    name = await running_vhost(request)
+    if not await requester(request).may_access_vhost(name):
+        return error_response(401, "not_authorised", "Access refused.")  # RabbitMQ's refused connection
+    permissions = Permissions(request, name)
+    await permissions.require("queue", ALIVENESS_QUEUE, "configure")
+    await permissions.require("exchange", "", "write")
+    await permissions.require("queue", ALIVENESS_QUEUE, "read")
+    # No await from here on: nothing else runs between the publish and the get.
+    vhost = broker_of(request).vhosts.get(name)
+    if vhost is None:  # deleted while the permissions were asked
+        raise ObjectNotFound
+    queue = vhost.declare_queue(
+        ALIVENESS_QUEUE, None, passive=False, durable=False, exclusive=False, auto_delete=False, arguments={}
+    )
+    if not isinstance(queue, MessageQueue):
+        return _health({"reason": f"queue '{ALIVENESS_QUEUE}' is a stream"})
+    if queue.message_count:  # the head is someone else's message: leave it there
+        return _health({"reason": f"{ALIVENESS_QUEUE} queue holds messages that are not the test's"})
+    message = Message("", ALIVENESS_QUEUE, NO_PROPERTIES, ALIVENESS_BODY, int(time.time() * 1000))
+    vhost.publish("", message, None)
+    item = queue.get()
+    if item is None:  # a consumer took it, or a length limit refused it
+        return _health({"reason": f"{ALIVENESS_QUEUE} queue is empty"})
     queue.ack(item[0])
     return reply({"status": "ok"})
