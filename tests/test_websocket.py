@@ -344,6 +344,20 @@ def test_a_message_over_twice_max_message_size_closes_the_websocket(
     eventually(lambda: "WebSocket from 127.0.0.1:" in broker.output and "exceeds limit" in broker.output)
 
 
+def test_the_wire_client_cuts_its_messages_to_the_frame_size(broker: BrokerProcess) -> None:
+    address = wire_client.Address(port=broker.http_port, host="127.0.0.1", websocket_path="/ws/amqp")
+    body = os.urandom(MiB)  # published in writes of several frames each
+    with open_session(broker.url) as tcp:
+        queue = tcp.declare_queue("ws-wire-large")
+        connection = wire_client.connect(address)
+        try:
+            connection.publish(queue, [body, body[::-1]])
+            assert await_message(tcp.channel, queue, "the first arrives").body == body
+            assert await_message(tcp.channel, queue, "the second arrives").body == body[::-1]
+        finally:
+            wire_client.close_all([connection])
+
+
 def test_garbage_gets_the_protocol_header_as_over_tcp(broker: BrokerProcess) -> None:
     garbage = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
     with socket.create_connection((broker.host, broker.port), timeout=5) as tcp:
