@@ -328,20 +328,76 @@ def test_a_text_message_closes_that_websocket_only(broker: BrokerProcess, bridge
             assert await_message(session.channel, queue, "the others are not disturbed").body == body
 
 
-def test_a_message_over_twice_max_message_size_closes_the_websocket(
-    broker_factory: BrokerFactory, tmp_path: Path
-) -> None:
-    ini = tmp_path / "small.ini"
-    ini.write_text(f"[amqp]\nmax_message_size = {MiB}\n")
-    broker = broker_factory(["--config", str(ini)])
-    too_big = b"\x03\x00\x01" + b"x" * (2 * MiB)
-    _, code, _ = websocket_session(websocket_url(broker), wire_client.PROTOCOL_HEADER, too_big)
+def body_frame(payload_size: int) -> bytes:
+    return b"\x03\x00\x01" + payload_size.to_bytes(4, "big") + b"x" * payload_size + b"\xce"
+
+
+def test_a_message_over_one_frame_closes_the_websocket(broker: BrokerProcess) -> None:
+    frame_max = 128 * 1024  # the default
+    # A frame with a payload of frame_max in one message is taken, as over TCP: the AMQP
+    # handshake refuses it, not the WebSocket.
+    received, code, _ = websocket_session(websocket_url(broker), wire_client.PROTOCOL_HEADER, body_frame(frame_max))
+    assert code == 1000 and b"CHANNEL_ERROR - expected 'channel.open'" in received
+    assert "size 131080 exceeds limit" not in broker.output
+    _, code, _ = websocket_session(websocket_url(broker), wire_client.PROTOCOL_HEADER, body_frame(frame_max + 1))
     # 1009, message too big; or 1006 when the socket's reset (the broker closes it with the
     # rest of the message unread) reaches the client before the close frame does, or while
     # the client is still sending the message.
     assert code in (1009, 1006)
     # Logged as the broker closes it: the line may come a moment after the close.
-    eventually(lambda: "WebSocket from 127.0.0.1:" in broker.output and "exceeds limit" in broker.output)
+    eventually(lambda: "WebSocket from 127.0.0.1:" in broker.output and "size 131081 exceeds limit" in broker.output)
+
+
+def test_the_wire_client_cuts_its_messages_to_the_frame_size(broker: BrokerProcess) -> None:
+    address = wire_client.Address(port=broker.http_port, host="127.0.0.1", websocket_path="/ws/amqp")
+    body = os.urandom(MiB)  # published in writes of several frames each
+    with open_session(broker.url) as tcp:
+        queue = tcp.declare_queue("ws-wire-large")
+        connection = wire_client.connect(address)
+        try:
+            connection.publish(queue, [body, body[::-1]])
+            assert await_message(tcp.channel, queue, "the first arrives").body == body
+            assert await_message(tcp.channel, queue, "the second arrives").body == body[::-1]
+        finally:
+            wire_client.close_all([connection])
+
+
+def resident_memory(pid: int) -> int:
+    """The process's resident set in bytes (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+def stream_one_huge_message(broker: BrokerProcess, size: int) -> int:
+    """Upgrade a raw socket to /ws/amqp and, without logging in, send one binary message
+    whose header claims `size` bytes, streaming its payload in 1 MiB chunks until the broker
+    closes the socket. Returns how many payload bytes the broker let through."""
+    with socket.create_connection(("127.0.0.1", broker.http_port), timeout=10) as raw:
+        headers = upgrade_headers(**{"Host": "127.0.0.1", "Sec-WebSocket-Protocol": "amqp"})
+        request = "GET /ws/amqp HTTP/1.1\r\n" + "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        raw.sendall(request.encode() + b"\r\n")
+        assert raw.recv(4096).startswith(b"HTTP/1.1 101")
+        mask = b"\x00\x00\x00\x00"  # a client must mask; a zero mask leaves the payload as it is
+        raw.sendall(b"\x82\xff" + size.to_bytes(8, "big") + mask)
+        chunk = b"x" * MiB
+        sent = 0
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            while sent < size:
+                sent += raw.send(chunk)
+        return sent
+
+
+def test_an_unauthenticated_huge_message_is_refused_before_it_is_buffered(broker: BrokerProcess) -> None:
+    assert broker.pid is not None
+    with open_session(broker.url):  # the broker at its working size
+        pass
+    before = resident_memory(broker.pid)
+    sent = stream_one_huge_message(broker, 200 * 1000 * 1000)
+    assert sent < 50 * MiB  # closed at the header, not after the whole message
+    eventually(lambda: "size 200000000 exceeds limit" in broker.output)
+    assert resident_memory(broker.pid) - before < 8 * MiB
 
 
 def test_garbage_gets_the_protocol_header_as_over_tcp(broker: BrokerProcess) -> None:

@@ -3,7 +3,7 @@
 AMQP over WebSocket (LavinMQ's and RabbitMQ Web-AMQP's `amqp` subprotocol) carries the
 AMQP byte stream in binary messages whose boundaries mean nothing, so `WebSocket` offers
 `sendall` and `recv` like a socket's: `sendall` sends masked binary messages of at most
-MAX_SEND bytes, and `recv` returns the payloads of data frames (continuations included) as
+`max_send` bytes, and `recv` returns the payloads of data frames (continuations included) as
 one stream, answering pings on the way. A close frame from the server reads as the end of
 the stream.
 
@@ -27,7 +27,10 @@ MASKED = 0x80
 CLOSE_NORMAL = struct.pack(">H", 1000)
 MAX_RESPONSE_HEAD = 16 * 1024
 RECEIVE_SIZE = 256 * 1024
-MAX_SEND = 1024 * 1024  # bytes per message sent: well under any server's message size limit
+# Bytes per message sent until the AMQP client raises it to the negotiated frame_max: a server
+# takes a message of one frame (Lavin: frame_max plus framing), and 4096 is AMQP's
+# frame-min-size, a frame every server takes before connection.tune.
+FIRST_MAX_SEND = 4096
 SIZE_16, SIZE_64 = struct.Struct(">H"), struct.Struct(">Q")
 
 
@@ -76,6 +79,7 @@ class WebSocket:
         self._in_message = False  # a binary message awaits its continuation frames
         self._close_sent = False
         self._end = False  # the server sent a close frame or closed the socket
+        self.max_send = FIRST_MAX_SEND
         self._upgrade(f"[{host}]" if ":" in host else host, port, path, subprotocol)
 
     def _upgrade(self, host: str, port: int, path: str, subprotocol: str) -> None:
@@ -103,12 +107,13 @@ class WebSocket:
             raise WebSocketError(f"the server did not take subprotocol {subprotocol!r}")
 
     def sendall(self, data: bytes | bytearray | memoryview) -> None:
-        if len(data) <= MAX_SEND:
+        max_send = self.max_send
+        if len(data) <= max_send:
             self.sock.sendall(client_frame(OP_BINARY, data))
             return
         view = memoryview(data)
-        for start in range(0, len(view), MAX_SEND):
-            self.sock.sendall(client_frame(OP_BINARY, view[start : start + MAX_SEND]))
+        for start in range(0, len(view), max_send):
+            self.sock.sendall(client_frame(OP_BINARY, view[start : start + max_send]))
 
     def recv(self, size: int) -> bytes:
         """At most `size` bytes of the stream; b"" once the server closed it."""

@@ -320,6 +320,8 @@ class Connection:
         """
         tune = self.expect(commands.Connection.Tune)
         self.frame_max = frame_max or tune.frame_max or FRAME_MAX
+        if self.websocket is not None:  # the broker takes a WebSocket message of one frame
+            self.websocket.max_send = self.frame_max
         channel_max = tune.channel_max if channel_max is None else channel_max
         data = method_frame(0, commands.Connection.TuneOk(channel_max, self.frame_max, heartbeat))
         if vhost is not None:

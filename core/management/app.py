@@ -74,9 +74,7 @@ def build_app(
     if certificates is not None:
         app[nodes.TLS_CERTIFICATES] = certificates
     if websocket_protocol_factory is not None:
-        # Room for a message of the largest size the broker takes, with its frames' overhead.
-        max_message_size = 2 * broker.config.max_message_size
         add_amqp_websocket_route(
-            app, AMQP_WEBSOCKET_PATH, websocket_protocol_factory, max_message_size=max_message_size
+            app, AMQP_WEBSOCKET_PATH, websocket_protocol_factory, frame_max=broker.config.frame_max
         )
     return app

@@ -23,14 +23,20 @@ SUBPROTOCOL: Final = "amqp"
 CLOSE_TIMEOUT: Final = 10.0  # seconds to send what is buffered and the close frame, then the socket is dropped
 DEFAULT_HIGH_WATER: Final = 64 * 1024  # asyncio's defaults for a stream transport
 DEFAULT_LOW_WATER: Final = DEFAULT_HIGH_WATER // 4
+AMQP_FRAME_OVERHEAD: Final = 8  # an AMQP frame's 7-byte header and frame-end octet
 
 
 def add_amqp_websocket_route(
-    app: web.Application, path: str, protocol_factory: Callable[[], asyncio.Protocol], *, max_message_size: int
+    app: web.Application, path: str, protocol_factory: Callable[[], asyncio.Protocol], *, frame_max: int
 ) -> None:
     """Serve AMQP over WebSocket at `path`; when the app shuts down, its WebSockets are
-    closed (1001, going away) so that the shutdown does not wait for the clients."""
+    closed (1001, going away) so that the shutdown does not wait for the clients.
+    A message is held to one frame of the broker's `frame_max` (a payload of up to frame_max
+    and its framing), as over TCP: aiohttp buffers a message whole before handing it on, so
+    a larger limit would let a client that has not logged in make the broker hold that
+    much. The negotiated frame_max is never larger, and the AMQP parser holds each frame to it."""
     app[OPEN_WEBSOCKETS] = set()
+    max_message_size = frame_max + AMQP_FRAME_OVERHEAD + 1  # aiohttp refuses a message of max_msg_size itself
 
     async def handle(request: web.Request) -> web.StreamResponse:
         return await serve_amqp_websocket(request, protocol_factory, max_message_size=max_message_size)
