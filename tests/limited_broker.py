@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from broker_process import BrokerProcess
@@ -23,8 +24,8 @@ class LimitedBroker(BrokerProcess):
     """A broker child started with `limits` (resource name -> (soft, hard)); change them
     between a stop and the next start."""
 
-    def __init__(self, data_dir: Path, limits: dict[str, tuple[int, int]]) -> None:
-        super().__init__(data_dir)
+    def __init__(self, data_dir: Path, limits: dict[str, tuple[int, int]], *, extra_args: Sequence[str] = ()) -> None:
+        super().__init__(data_dir, extra_args=extra_args)
         self.limits = limits
 
     @property

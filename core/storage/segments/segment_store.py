@@ -211,7 +211,6 @@ class SegmentStore:
         if durable:
             ensure_directory(path)
             self._recover()
-            self._adopt_recovered_files()
         self._dir_made = durable  # a non-durable store's directory appears with its first write
         self._create_write_segment(max(self._segments, default=0) + 1)
         self._move_cursor(next(iter(self._segments.values())))
@@ -686,16 +685,6 @@ class SegmentStore:
         self._segments.clear()
         self._window.clear()
 
-    def _adopt_recovered_files(self) -> None:
-        """Give the fds recovery opened to the pool. Ack files are written at known
-        positions, not appended to: they are reopened when next written."""
-        for segment in self._segments.values():
-            if segment.ack_fd >= 0:
-                segment.ack_size = os.fstat(segment.ack_fd).st_size
-                os.close(segment.ack_fd)
-                segment.ack_fd = -1
-            OPEN_FILES.opened(segment)
-
     # -- recovery --------------------------------------------------------------------------
 
     def _recover(self) -> None:
@@ -724,9 +713,11 @@ class SegmentStore:
                 continue
             segment = _Segment(segment_id, fd, scanned.size, scanned.live, scanned.skip)
             segment.persistent = True
-            if has_acks:
-                segment.ack_fd = os.open(acks, os.O_WRONLY | os.O_APPEND)
+            if has_acks:  # written at known positions, not appended to: opened when next written
+                segment.ack_size = acks.stat().st_size
             self._segments[segment_id] = segment
+            # Into the pool one by one: a queue may have more segments than this process has fds.
+            OPEN_FILES.opened(segment)
             self._ready += scanned.live
             self._ready_bytes += scanned.live_bytes
         if set_aside:

@@ -166,8 +166,6 @@ class StreamStore(StreamType):
         self._directory = PooledDirectory(path)
         ensure_directory(path)
         next_id = self._recover()
-        for segment in self._segments:
-            OPEN_FILES.opened(segment)
         self._create_write_segment(next_id)
 
     # -- appending -------------------------------------------------------------------------
@@ -521,6 +519,8 @@ class StreamStore(StreamType):
             if segment is None:
                 continue
             self._segments.append(segment)
+            # Into the pool one by one: a stream may have more segments than this process has fds.
+            OPEN_FILES.opened(segment)
             self._bytes += segment.index.size
             offset = segment.index.end_offset
         self._end_offset = self._written_offset = self._synced_offset = offset
