@@ -31,6 +31,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Connections are closed by broker.shutdown(); this only bounds a stuck transport.
 LISTENER_CLOSE_TIMEOUT = 5.0
 GC_YOUNG_THRESHOLD = 50_000  # allocations between young collections (Python's default: 700)
+LOW_OPEN_FILE_LIMIT = 1024  # below it, a few hundred clients or a long queue run out of descriptors
 
 
 def serve(config: Config) -> None:
@@ -68,7 +69,15 @@ def raise_open_file_limit() -> None:
             soft = hard
         except (ValueError, OSError) as exc:  # an unlimited hard limit may still be refused
             log.warning("could not raise the open file limit from %s: %s", soft, exc)
-    log.info("Open file limit: %s", soft)
+    if soft != resource.RLIM_INFINITY and soft < LOW_OPEN_FILE_LIMIT:
+        log.warning(
+            "Open file limit %s is low: every connection and every open queue file takes a descriptor; "
+            "raise it to at least %s (ulimit -n, or LimitNOFILE= in the systemd unit)",
+            soft,
+            LOW_OPEN_FILE_LIMIT,
+        )
+    else:
+        log.info("Open file limit: %s", soft)
 
 
 def configure_logging(level: str) -> None:

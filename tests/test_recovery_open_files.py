@@ -86,3 +86,7 @@ def test_a_queue_of_more_segments_than_open_files_comes_back_whole(
     assert read_back(limited, arguments) == [body(index) for index in range(MESSAGES)]
     assert "Too many open files" not in limited.output
     assert "Traceback" not in limited.output
+
+
+def test_an_open_file_limit_that_cannot_be_raised_is_named_in_the_log(limited: LimitedBroker) -> None:
+    assert f"Open file limit {OPEN_FILE_LIMIT} is low" in limited.output
