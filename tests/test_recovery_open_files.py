@@ -1,13 +1,17 @@
-"""A queue with more segment files than the broker may open comes back whole after a
-kill -9 and after a clean stop: recovery hands each segment to the open-file pool as it
-scans it instead of holding all of them open at once.
+"""A broker under an open-file limit it cannot raise (RLIMIT_NOFILE 64, soft and hard).
 
-The broker runs with RLIMIT_NOFILE 64 as both soft and hard limit, so that it cannot raise
-it, and with 4 KiB segments that hold one message each.
+A queue with more segment files than that comes back whole after a kill -9 and after a
+clean stop: recovery hands each segment to the open-file pool as it scans it instead of
+holding all of them open at once. Segments are 4 KiB and hold one message each.
+
+Clients that take every descriptor left do not stop the memory alarm's samples.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ import pika
 import pytest
 from broker_process import BrokerProcess
 from helpers import Consumer, get_messages, open_session
+from lavin.broker.runtime.alarms import CHECK_INTERVAL
 from limited_broker import LimitedBroker
 
 OPEN_FILE_LIMIT = 64
@@ -90,3 +95,14 @@ def test_a_queue_of_more_segments_than_open_files_comes_back_whole(
 
 def test_an_open_file_limit_that_cannot_be_raised_is_named_in_the_log(limited: LimitedBroker) -> None:
     assert f"Open file limit {OPEN_FILE_LIMIT} is low" in limited.output
+
+
+def test_clients_that_take_every_descriptor_leave_the_memory_samples_running(limited: LimitedBroker) -> None:
+    with contextlib.ExitStack() as held:
+        for _ in range(OPEN_FILE_LIMIT + 16):  # the kernel queues those the broker cannot accept
+            held.enter_context(socket.create_connection((limited.host, limited.port)))
+        time.sleep(3 * CHECK_INTERVAL)
+    assert "/proc/self/statm" not in limited.output
+    assert "Traceback" not in limited.output
+    with open_session(limited.url) as session:
+        session.declare_queue("after-the-flood")
