@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pika
 import pytest
 import requests
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, stop_quietly
 from control_helpers import ctl_ok
 
 GUEST = ("guest", "guest")
@@ -102,3 +102,32 @@ def test_an_amqp_socket_that_never_finishes_its_protocol_header_is_closed(broker
     with connect(broker.port) as sock:
         sock.sendall(sends)
         assert 9 <= seconds_until_closed(sock, limit=15) <= 13
+
+
+class LowFileLimitBroker(BrokerProcess):
+    """A broker whose open-file limit is FILE_LIMIT, hard and soft."""
+
+    @property
+    def command(self) -> list[str]:
+        return ["prlimit", f"--nofile={FILE_LIMIT}:{FILE_LIMIT}", *super().command]
+
+
+FILE_LIMIT = 256  # an eighth: 32 connections per HTTP listener
+
+
+def test_the_cap_is_lowered_to_a_share_of_the_open_file_limit(tmp_path) -> None:
+    broker = LowFileLimitBroker(tmp_path / "data")
+    broker.start()
+    try:
+        share = FILE_LIMIT // 8
+        with held_sockets(broker.http_port, share), held_sockets(broker.metrics_port, share):
+            time.sleep(0.2)  # let the broker accept them all
+            with connect(broker.http_port) as over:
+                assert seconds_until_closed(over, limit=5) < 2
+            connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+            assert connection.is_open
+            connection.close()
+            assert "guest" in ctl_ok(broker, "list_users")
+        assert f"http_max_connections 1024 lowered to {share} per HTTP listener" in broker.output
+    finally:
+        stop_quietly(broker)

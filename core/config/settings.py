@@ -282,7 +282,8 @@ class Config:
     http_max_connections: int = setting(
         1024,
         "most connections open at once on each HTTP listener (the management API's and the Prometheus "
-        "endpoint's, each counting all its addresses); past it a new connection is closed at once",
+        "endpoint's, each counting all its addresses), lowered to an eighth of the open file limit; past it a new "
+        "connection is closed at once",
         ini=IniKey("mgmt", "max_connections", int),
         flag=Flag("--http-max-connections", "COUNT", "Most open connections per HTTP listener."),
         check=Within(1, None, "{name} must be positive"),

@@ -7,12 +7,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import time
 from typing import Final
 
 log = logging.getLogger(__name__)
 
 REFUSAL_LOG_INTERVAL: Final = 60.0  # seconds
+# Each HTTP listener may hold an eighth of the open-file limit: with the quarter the queue
+# files may hold (storage/segments/open_files.py), half stays for AMQP connections, the
+# control socket and the broker's own files.
+DESCRIPTOR_SHARE: Final = 8
+
+
+def capped_to_descriptors(configured: int) -> int:
+    """`configured` (http_max_connections), lowered to a listener's share of the open-file
+    limit, which start-up has raised as far as the system allows."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or configured <= soft // DESCRIPTOR_SHARE:
+        return configured
+    share = max(1, soft // DESCRIPTOR_SHARE)
+    log.warning(
+        "http_max_connections %d lowered to %d per HTTP listener, an eighth of the open file limit (%d)",
+        configured,
+        share,
+        soft,
+    )
+    return share
 
 
 class ConnectionGate:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from lavin.broker.broker import Broker
 from lavin.config import DISABLED_PORT, Config
+from lavin.listeners.connection_gate import capped_to_descriptors
 from lavin.listeners.control_socket import ControlSocket
 from lavin.listeners.http import HttpLimits, HttpListener
 from lavin.management.app import build_app
@@ -35,7 +36,7 @@ class ManagementPlane:
         self.control = ControlSocket(
             control_app, config.control_socket_path, configured=config.control_unix_path is not None
         )
-        limits = HttpLimits(config.http_max_connections, config.http_idle_timeout)
+        limits = HttpLimits(capped_to_descriptors(config.http_max_connections), config.http_idle_timeout)
         self.http: HttpListener | None = None
         https = None
         if certificates is not None and config.https_port != DISABLED_PORT:
