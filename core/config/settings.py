@@ -279,6 +279,23 @@ class Config:
         flag=Flag("--http-unix-path", "PATH", "Also serve the management API on this unix domain socket.", path="file"),
         convert=optional_path,
     )
+    http_max_connections: int = setting(
+        1024,
+        "most connections open at once on each HTTP listener (the management API's and the Prometheus "
+        "endpoint's, each counting all its addresses), lowered to an eighth of the open file limit; past it a new "
+        "connection is closed at once",
+        ini=IniKey("mgmt", "max_connections", int),
+        flag=Flag("--http-max-connections", "COUNT", "Most open connections per HTTP listener."),
+        check=Within(1, None, "{name} must be positive"),
+    )
+    http_idle_timeout: int = setting(
+        15,
+        "seconds an HTTP connection may take to send a request's headers, from its opening or the previous "
+        "response; an idle keep-alive, a silent or a slow client is then closed",
+        ini=IniKey("mgmt", "idle_timeout", int),
+        flag=Flag("--http-idle-timeout", "SECONDS", "Close HTTP connections that send no complete request headers."),
+        check=Within(1, None, "{name} must be a positive number of seconds"),
+    )
 
     # --- the unauthenticated Prometheus endpoint (RabbitMQ's port) ------------------------
     metrics_http_bind: str = setting(

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 from lavin.config import StartupError
+from lavin.listeners.connection_gate import ConnectionGate
 from lavin.transport.tls import TlsCertificates
 from lavin.transport.tls_stream import TlsServerProtocol
 from lavin.transport.unix import bind_unix_socket, unlink_socket
@@ -20,33 +23,57 @@ log = logging.getLogger(__name__)
 BACKLOG = 128
 
 
-class TlsSite(web.BaseSite):
-    """HTTPS with the broker's own TLS layer, so that a certificate reload reaches new
-    connections and failed handshakes are logged as on the AMQPS port."""
+@dataclass(frozen=True)
+class HttpLimits:
+    max_connections: int  # open at once, over all of the listener's addresses
+    idle_timeout: float  # seconds for a request's headers to come in
 
-    def __init__(self, runner: web.AppRunner, bind: str, port: int, certificates: TlsCertificates) -> None:
+
+ProtocolFactory = Callable[[], asyncio.Protocol]
+
+
+class GatedSite(web.BaseSite):
+    """One address of a listener whose every accepted socket passes the listener's
+    connection gate; `tls` puts the broker's own TLS layer in front of HTTP, so that a
+    certificate reload reaches new connections and failed handshakes are logged as on the
+    AMQPS port."""
+
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        name: str,
+        gate: ConnectionGate,
+        serve: Callable[[ProtocolFactory], Awaitable[asyncio.Server]],
+        *,
+        tls: TlsCertificates | None = None,
+    ) -> None:
         super().__init__(runner, backlog=BACKLOG)
-        self.bind = bind
-        self.port = port
-        self.certificates = certificates
+        self._name = name
+        self.gate = gate
+        self.serve = serve
+        self.tls = tls
+        self.listening: asyncio.Server | None = None
 
     @property
     def name(self) -> str:
-        return f"https://{self.bind}:{self.port}"
+        return self._name
 
     async def start(self) -> None:
         await super().start()
         handler = self._runner.server
         assert handler is not None  # set up by the runner before its sites start
-        certificates = self.certificates
-        self._server = server = await asyncio.get_running_loop().create_server(
-            lambda: TlsServerProtocol(certificates, handler()),
-            self.bind,
-            self.port,
-            backlog=self._backlog,
-            reuse_address=True,
-        )
-        self.port = server.sockets[0].getsockname()[1]
+        gate, certificates = self.gate, self.tls
+        if certificates is None:
+            server = await self.serve(lambda: gate.admit(handler()))
+        else:
+            server = await self.serve(lambda: gate.admit(TlsServerProtocol(certificates, handler())))
+        self._server = self.listening = server
+
+    @property
+    def port(self) -> int:
+        """The TCP port listened on (port 0 takes any free one)."""
+        assert self.listening is not None  # started
+        return int(self.listening.sockets[0].getsockname()[1])
 
 
 class HttpListener:
@@ -56,6 +83,7 @@ class HttpListener:
         bind: str,
         port: int | None,
         what: str,
+        limits: HttpLimits,
         *,
         tls: tuple[int, TlsCertificates] | None = None,
         unix_path: Path | None = None,
@@ -67,7 +95,11 @@ class HttpListener:
         self.tls_port: int | None = None
         self.unix_path = unix_path
         self._unix_inode: int | None = None
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self.gate = ConnectionGate(what, limits.max_connections)
+        # aiohttp closes a connection whose request headers are not all in within this
+        # many seconds of its opening or of the previous response: an idle keep-alive, a
+        # socket that never sends, and a slow-loris alike.
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.idle_timeout)
         self._started = False
 
     async def start(self) -> None:
@@ -80,22 +112,44 @@ class HttpListener:
             raise
 
     async def _start_sites(self) -> None:
+        loop = asyncio.get_running_loop()
         if self.port is not None:
-            site = web.TCPSite(self._runner, self.bind, self.port, backlog=BACKLOG, reuse_address=True)
-            await self._start_site(site, f"{self.bind}:{self.port}")
-            host, self.port = self._runner.addresses[0][:2]
-            log.info("Listening on http://%s:%s (%s)", host, self.port, self.what)
+            port = self.port
+            site = self._site(
+                f"http://{self.bind}:{port}",
+                lambda factory: loop.create_server(factory, self.bind, port, backlog=BACKLOG, reuse_address=True),
+            )
+            await self._start_site(site, f"{self.bind}:{port}")
+            self.port = site.port
+            log.info("Listening on http://%s:%s (%s)", self.bind, self.port, self.what)
         if self.tls is not None:
-            port, certificates = self.tls
-            tls_site = TlsSite(self._runner, self.bind, port, certificates)
-            await self._start_site(tls_site, f"{self.bind}:{port}")
+            tls_port, certificates = self.tls
+            tls_site = self._site(
+                f"https://{self.bind}:{tls_port}",
+                lambda factory: loop.create_server(factory, self.bind, tls_port, backlog=BACKLOG, reuse_address=True),
+                tls=certificates,
+            )
+            await self._start_site(tls_site, f"{self.bind}:{tls_port}")
             self.tls_port = tls_site.port
             log.info("Listening on https://%s:%s (%s)", self.bind, self.tls_port, self.what)
         if self.unix_path is not None:
             listening = bind_unix_socket(self.unix_path, f"{self.what} unix socket")
             self._unix_inode = os.stat(self.unix_path).st_ino
-            await web.SockSite(self._runner, listening, backlog=BACKLOG).start()
+            unix_site = self._site(
+                f"http://unix:{self.unix_path}:",
+                lambda factory: loop.create_unix_server(factory, sock=listening, backlog=BACKLOG),
+            )
+            await unix_site.start()
             log.info("Listening on http+unix://%s (%s)", self.unix_path, self.what)
+
+    def _site(
+        self,
+        name: str,
+        serve: Callable[[ProtocolFactory], Awaitable[asyncio.Server]],
+        *,
+        tls: TlsCertificates | None = None,
+    ) -> GatedSite:
+        return GatedSite(self._runner, name, self.gate, serve, tls=tls)
 
     async def _start_site(self, site: web.BaseSite, address: str) -> None:
         try:

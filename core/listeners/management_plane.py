@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 from lavin.broker.broker import Broker
 from lavin.config import DISABLED_PORT, Config
+from lavin.listeners.connection_gate import capped_to_descriptors
 from lavin.listeners.control_socket import ControlSocket
-from lavin.listeners.http import HttpListener
+from lavin.listeners.http import HttpLimits, HttpListener
 from lavin.management.app import build_app
 from lavin.management.prometheus.routes import build_metrics_app
 from lavin.management.prometheus.sources import ConnectionChurn
@@ -35,6 +36,7 @@ class ManagementPlane:
         self.control = ControlSocket(
             control_app, config.control_socket_path, configured=config.control_unix_path is not None
         )
+        limits = HttpLimits(capped_to_descriptors(config.http_max_connections), config.http_idle_timeout)
         self.http: HttpListener | None = None
         https = None
         if certificates is not None and config.https_port != DISABLED_PORT:
@@ -49,13 +51,18 @@ class ManagementPlane:
                 config.http_bind,
                 http_port,
                 "management API and web UI",
+                limits,
                 tls=https,
                 unix_path=config.http_unix_path,
             )
         self.metrics: HttpListener | None = None
         if config.metrics_http_port != DISABLED_PORT:
             self.metrics = HttpListener(
-                build_metrics_app(broker), config.metrics_http_bind, config.metrics_http_port, "Prometheus metrics"
+                build_metrics_app(broker),
+                config.metrics_http_bind,
+                config.metrics_http_port,
+                "Prometheus metrics",
+                limits,
             )
 
     @property
