@@ -11,23 +11,25 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import re
 from collections.abc import Awaitable
 from typing import Final
 
 from lavin.api import errors
 from lavin.api.auth import Access, Authorizer, Permission, ResourceKind, User, VHostPermissions
+from lavin.api.patterns import Pattern, compile_pattern
 from lavin.api.printable import printable
 
 log = logging.getLogger(__name__)
 
 # Answers kept per connection; a full cache starts over (RabbitMQ keeps 12 per channel).
 CACHE_SIZE: Final = 1024
+# Names whose answer each shared NamePatterns keeps per permission (shared: kept small).
+NAME_ANSWERS: Final = 256
 # The default exchange's name in permission checks, as in RabbitMQ.
 DEFAULT_EXCHANGE: Final = "amq.default"
 
 # An empty pattern allows nothing.
-MATCHES_NOTHING: Final = re.compile("(?!)")
+MATCHES_NOTHING: Final = compile_pattern(r"\b\B")
 
 # (kind, name, permission, routing key): what was asked, within the connection's vhost
 Question = tuple[ResourceKind, str, Permission, str]
@@ -49,22 +51,34 @@ class NamePatterns:
         self.configure = self._compile(permissions.configure)
         self.write = self._compile(permissions.write)
         self.read = self._compile(permissions.read)
+        # Answers by name, per permission: an RE2 search costs several dict lookups, and a
+        # publisher moving between exchanges asks about the same few names again.
+        self._configure_answers: dict[str, bool] = {}
+        self._write_answers: dict[str, bool] = {}
+        self._read_answers: dict[str, bool] = {}
 
     @staticmethod
-    def _compile(pattern: str) -> re.Pattern[str] | None:
+    def _compile(pattern: str) -> Pattern | None:
         """None for ".*" (RabbitMQ's default, which every name matches): no search then."""
         if pattern == ".*":
             return None
-        return re.compile(pattern) if pattern else MATCHES_NOTHING
+        return compile_pattern(pattern) if pattern else MATCHES_NOTHING
 
     def allows(self, permission: Permission, name: str) -> bool:
         if permission == "configure":
-            pattern = self.configure
+            pattern, answers = self.configure, self._configure_answers
         elif permission == "write":
-            pattern = self.write
+            pattern, answers = self.write, self._write_answers
         else:
-            pattern = self.read
-        return pattern is None or pattern.search(name) is not None
+            pattern, answers = self.read, self._read_answers
+        if pattern is None:
+            return True
+        answer = answers.get(name)
+        if answer is None:
+            if len(answers) >= NAME_ANSWERS:  # a full cache starts over
+                answers.clear()
+            answer = answers[name] = pattern.search(name)
+        return answer
 
 
 # Connections with the same permissions share one NamePatterns.

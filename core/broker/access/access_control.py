@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
 from lavin.api.auth import StoredUser, TopicPermissions, VHostPermissions
+from lavin.api.patterns import PatternError, compile_pattern
 from lavin.api.printable import printable
 from lavin.broker.access import passwords
 from lavin.config import Config
@@ -357,9 +357,9 @@ def _checked_tags(tags: Sequence[str]) -> tuple[str, ...]:
 def _check_patterns(*patterns: str) -> None:
     for pattern in patterns:
         try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise AccessControlError(f"invalid regular expression '{pattern}': {exc}") from None
+            compile_pattern(pattern)
+        except PatternError as exc:
+            raise AccessControlError(str(exc)) from None
 
 
 def _check_vhost(name: str, limits: Mapping[str, int]) -> None:

@@ -13,11 +13,11 @@ texts are RabbitMQ's.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from lavin.api.patterns import Pattern, PatternError, compile_pattern
 from lavin.broker.policy.argument_rows import Argument, Precedence
 from lavin.broker.policy.arguments import EXCHANGE_ARGUMENTS, QueueSettings, parse_queue_settings
 from lavin.broker.policy.queue_arguments import QUEUE_ARGUMENTS
@@ -120,7 +120,7 @@ class Policy:
     apply_to: str
     definition: dict[str, Any]
     priority: int | float
-    regex: re.Pattern[str] = field(compare=False, repr=False)
+    regex: Pattern = field(compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """RabbitMQ's JSON, in its key order."""
@@ -135,10 +135,10 @@ class Policy:
 
     def matches_queue(self, name: str, type_name: str) -> bool:
         applies = self.apply_to in ("all", "queues") or TYPE_APPLY_TO.get(type_name) == self.apply_to
-        return applies and self.regex.search(name) is not None
+        return applies and self.regex.search(name)
 
     def matches_exchange(self, name: str) -> bool:
-        return self.apply_to in ("all", "exchanges") and self.regex.search(name) is not None
+        return self.apply_to in ("all", "exchanges") and self.regex.search(name)
 
 
 def parse_policy(vhost: str, name: str, body: Mapping[str, Any], *, operator: bool) -> Policy:
@@ -154,9 +154,9 @@ def parse_policy(vhost: str, name: str, body: Mapping[str, Any], *, operator: bo
     regex = None
     if isinstance(pattern, str):
         try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            errors.append(f"pattern should be regular expression but is invalid: {exc}")
+            regex = compile_pattern(pattern)
+        except PatternError as exc:
+            errors.append(f"pattern '{pattern}' should be regular expression but is invalid: {exc.reason}")
     elif pattern is not None:
         errors.append(f"pattern should be a binary but was {erlang_term(pattern)}")
     apply_to = body.get("apply-to")

@@ -6,11 +6,11 @@ item_count, total_count}` instead of a bare list."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from aiohttp import web
+from lavin.api.patterns import Pattern, PatternError
 from lavin.management.http.replies import reply
 from lavin.management.shapes.access import BadRequest
 
@@ -106,9 +106,9 @@ def _filtered(items: list[Item], name: str, use_regex: bool) -> list[Item]:
         return items
     if use_regex:
         try:
-            pattern = re.compile(name)
-        except re.error as exc:
-            raise BadRequest(f"invalid regular expression '{name}': {exc}") from None
+            pattern = Pattern(name)
+        except PatternError as exc:
+            raise BadRequest(str(exc)) from None
         return [item for item in items if pattern.search(str(item.get("name", "")))]
     return [item for item in items if name in str(item.get("name", ""))]
 

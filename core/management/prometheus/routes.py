@@ -13,10 +13,10 @@ as RabbitMQ's. A bad value is a 400 with a plain-text reason.
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 from aiohttp import web
+from lavin.api.patterns import Pattern, PatternError
 from lavin.broker.broker import Broker
 from lavin.management.http.replies import BROKER
 from lavin.management.http.requester import requester, trust_requests
@@ -86,7 +86,7 @@ def parse_query(request: web.Request, view: str) -> tuple[Scrape, ObjectFilter]:
     return Scrape(view, prefixes[0], families), object_filter
 
 
-def _queue_pattern(values: list[str]) -> re.Pattern[str] | None:
+def _queue_pattern(values: list[str]) -> Pattern | None:
     """The `queue` regular expression, checked as RabbitMQ checks it."""
     if len(values) > 1:
         raise BadQuery("Only one 'queue' query parameter is allowed")
@@ -95,9 +95,9 @@ def _queue_pattern(values: list[str]) -> re.Pattern[str] | None:
     if len(values[0]) > MAX_QUEUE_FILTER_LENGTH:
         raise BadQuery("'queue' regex too long")
     try:
-        return re.compile(values[0])
-    except re.error as exc:
-        raise BadQuery(f"Invalid 'queue' regex at position {exc.pos}: {exc.msg}") from None
+        return Pattern(values[0])
+    except PatternError as exc:
+        raise BadQuery(f"Invalid 'queue' regex: {exc.reason}") from None
 
 
 def build_metrics_app(broker: Broker) -> web.Application:

@@ -6,7 +6,6 @@ connections opened and closed since start-up, and the process itself.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -15,6 +14,7 @@ from typing import Final, Protocol, runtime_checkable
 
 from lavin.api import hookimpl
 from lavin.api.hooks import ConnectionInfo
+from lavin.api.patterns import Pattern
 from lavin.broker.broker import Broker
 from lavin.broker.queues.queue import Queue
 from lavin.broker.routing.exchange import Exchange
@@ -70,13 +70,13 @@ class ObjectFilter:
     regular expression (None: all)."""
 
     vhosts: frozenset[str] | None = None
-    queue_pattern: re.Pattern[str] | None = None
+    queue_pattern: Pattern | None = None
 
     def takes_vhost(self, name: str) -> bool:
         return self.vhosts is None or name in self.vhosts
 
     def takes_queue(self, name: str) -> bool:
-        return self.queue_pattern is None or self.queue_pattern.search(name) is not None
+        return self.queue_pattern is None or self.queue_pattern.search(name)
 
 
 @dataclass
