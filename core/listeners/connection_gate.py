@@ -37,6 +37,8 @@ def capped_to_descriptors(configured: int) -> int:
 
 
 class ConnectionGate:
+    """One listener's count of open connections against its cap (over all its addresses)."""
+
     def __init__(self, what: str, limit: int) -> None:
         self.what = what
         self.limit = limit

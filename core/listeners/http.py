@@ -113,22 +113,19 @@ class HttpListener:
 
     async def _start_sites(self) -> None:
         loop = asyncio.get_running_loop()
+
+        def on_tcp_port(port: int) -> Callable[[ProtocolFactory], Awaitable[asyncio.Server]]:
+            return lambda factory: loop.create_server(factory, self.bind, port, backlog=BACKLOG, reuse_address=True)
+
         if self.port is not None:
             port = self.port
-            site = self._site(
-                f"http://{self.bind}:{port}",
-                lambda factory: loop.create_server(factory, self.bind, port, backlog=BACKLOG, reuse_address=True),
-            )
+            site = self._site(f"http://{self.bind}:{port}", on_tcp_port(port))
             await self._start_site(site, f"{self.bind}:{port}")
             self.port = site.port
             log.info("Listening on http://%s:%s (%s)", self.bind, self.port, self.what)
         if self.tls is not None:
             tls_port, certificates = self.tls
-            tls_site = self._site(
-                f"https://{self.bind}:{tls_port}",
-                lambda factory: loop.create_server(factory, self.bind, tls_port, backlog=BACKLOG, reuse_address=True),
-                tls=certificates,
-            )
+            tls_site = self._site(f"https://{self.bind}:{tls_port}", on_tcp_port(tls_port), tls=certificates)
             await self._start_site(tls_site, f"{self.bind}:{tls_port}")
             self.tls_port = tls_site.port
             log.info("Listening on https://%s:%s (%s)", self.bind, self.tls_port, self.what)
