@@ -5,6 +5,7 @@ refuses (backreferences, lookaround) is refused where it is given, with a 400 na
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 from collections.abc import Callable
@@ -27,6 +28,13 @@ LAZY_NESTED = r"^amq(.*?)*$x"
 LONG_KEY = "a" * 30 + "!"
 # What another client may wait for its answer while a pattern is matched.
 MAX_STALL = 0.05
+# A pattern RE2 accepts whose DFA grows a new state for nearly every byte of these names
+# (the last 21 bytes' a/b history): about 0.4 ms per name, 170 ms over all of them.
+DFA_HOSTILE = r"(?:[ab]*a[ab]{20}){1,50}x"
+_SEEDED = random.Random(28)
+LONG_NAMES = ["".join(_SEEDED.choice("ab") for _ in range(250)) for _ in range(400)]
+# Over the bound: 25 ms against one 255-byte name.
+TOO_LARGE = r"((a|aa|aaa|a?){1,50}){1,20}x"
 
 
 def amqp_round_trip(broker: BrokerProcess) -> float:
@@ -103,6 +111,38 @@ def test_a_pathological_metrics_queue_filter_answers_at_once(own_broker: BrokerP
         assert scraped.status_code == 200 and queue not in scraped.text
     finally:
         connection.close()
+
+
+@pytest.mark.parametrize("endpoint", ["metrics", "list"])
+def test_a_costly_filter_over_many_queues_runs_off_the_event_loop(own_broker: BrokerProcess, endpoint: str) -> None:
+    if endpoint == "metrics":
+        url = f"http://127.0.0.1:{own_broker.metrics_port}/metrics/detailed"
+        params = {"family": "queue_coarse_metrics", "queue": DFA_HOSTILE}
+    else:
+        url = f"{own_broker.http_url}/api/queues/%2F"
+        params = {"page": "1", "use_regex": "true", "name": DFA_HOSTILE, "columns": "name"}
+    connection = pika.BlockingConnection(pika.URLParameters(own_broker.url))
+    try:
+        channel = connection.channel()
+        for name in LONG_NAMES:
+            channel.queue_declare(name, exclusive=True)
+        stall, answer = worst_stall_during(
+            own_broker, lambda: requests.get(url, params=params, auth=GUEST, timeout=TIMEOUT)
+        )
+        assert stall < MAX_STALL
+        assert answer.status_code == 200 and LONG_NAMES[0] not in answer.text
+    finally:
+        connection.close()
+
+
+def test_a_pattern_over_the_program_size_bound_is_a_400(broker: BrokerProcess) -> None:
+    body = {"pattern": TOO_LARGE, "definition": {"max-length": 1}}
+    put = requests.put(f"{broker.http_url}/api/policies/%2F/too-large", json=body, auth=GUEST, timeout=TIMEOUT)
+    assert put.status_code == 400, put.text
+    assert f"'{TOO_LARGE}'" in put.json()["reason"] and "pattern too large: " in put.json()["reason"]
+    metrics_url = f"http://127.0.0.1:{broker.metrics_port}/metrics/detailed"
+    scraped = requests.get(metrics_url, params={"family": "queue_coarse_metrics", "queue": TOO_LARGE}, timeout=TIMEOUT)
+    assert scraped.status_code == 400 and "pattern too large" in scraped.text
 
 
 def test_a_pathological_list_filter_answers_at_once(own_broker: BrokerProcess) -> None:

@@ -20,12 +20,12 @@ MAX_PAGE_SIZE: Final = 500
 Item = dict[str, Any]
 
 
-def list_reply(request: web.Request, items: Sequence[Item]) -> web.Response:
+async def list_reply(request: web.Request, items: Sequence[Item]) -> web.Response:
     """The reply to a GET of a list, shaped by the request's query parameters."""
-    return reply(shape_list(request.query, items))
+    return reply(await shape_list(request.query, items))
 
 
-def shape_list(query: Mapping[str, str], items: Sequence[Item]) -> list[Item] | dict[str, Any]:
+async def shape_list(query: Mapping[str, str], items: Sequence[Item]) -> list[Item] | dict[str, Any]:
     ordered = _sorted(items, query.get("sort"), _flag(query, "sort_reverse"))
     columns = [column for column in query.get("columns", "").split(",") if column]
     if "page" not in query:
@@ -34,7 +34,7 @@ def shape_list(query: Mapping[str, str], items: Sequence[Item]) -> list[Item] | 
     page_size = _positive(query, "page_size", DEFAULT_PAGE_SIZE)
     if page_size > MAX_PAGE_SIZE:
         raise BadRequest(f"page_size must be between 1 and {MAX_PAGE_SIZE}")
-    filtered = _filtered(ordered, query.get("name", ""), _flag(query, "use_regex"))
+    filtered = await _filtered(ordered, query.get("name", ""), _flag(query, "use_regex"))
     page_count = max(1, math.ceil(len(filtered) / page_size))
     if page > page_count:
         raise BadRequest(f"page out of range: {page} of {page_count}")
@@ -101,7 +101,7 @@ def _sorted(items: Sequence[Item], key: str | None, reverse: bool) -> list[Item]
     return sorted(items, key=order, reverse=reverse)
 
 
-def _filtered(items: list[Item], name: str, use_regex: bool) -> list[Item]:
+async def _filtered(items: list[Item], name: str, use_regex: bool) -> list[Item]:
     if not name:
         return items
     if use_regex:
@@ -109,8 +109,13 @@ def _filtered(items: list[Item], name: str, use_regex: bool) -> list[Item]:
             pattern = Pattern(name)
         except PatternError as exc:
             raise BadRequest(str(exc)) from None
-        return [item for item in items if pattern.search(str(item.get("name", "")))]
-    return [item for item in items if name in str(item.get("name", ""))]
+        matched = await pattern.matching(_name(item) for item in items)
+        return [item for item in items if _name(item) in matched]
+    return [item for item in items if name in _name(item)]
+
+
+def _name(item: Item) -> str:
+    return str(item.get("name", ""))
 
 
 def _columns(item: Item, columns: list[str]) -> Item:

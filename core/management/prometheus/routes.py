@@ -30,6 +30,7 @@ from lavin.management.prometheus.families import (
     Scrape,
 )
 from lavin.management.prometheus.sources import ObjectFilter, Snapshot
+from multidict import MultiMapping
 from prometheus_client import generate_latest
 
 # The text format generate_latest writes; Prometheus 2 and 3 both read it.
@@ -46,7 +47,7 @@ class BadQuery(ValueError):
 
 @routes.get("/metrics")
 async def aggregated(request: web.Request) -> web.StreamResponse:
-    return _metrics(request, AGGREGATED)
+    return await _metrics(request, AGGREGATED)
 
 
 @routes.get("/metrics/{view}")
@@ -54,22 +55,24 @@ async def named_view(request: web.Request) -> web.StreamResponse:
     view = VIEWS.get(request.match_info["view"])
     if view is None:
         return web.Response(status=404, text="Unknown Registry")
-    return _metrics(request, view)
+    return await _metrics(request, view)
 
 
-def _metrics(request: web.Request, view: str) -> web.StreamResponse:
+async def _metrics(request: web.Request, view: str) -> web.StreamResponse:
     requester(request).require_monitor()
+    broker = request.app[BROKER]
+    object_filter = ObjectFilter()
     try:
-        scrape, object_filter = parse_query(request, view)
+        scrape = parse_scrape(request.query, view)
+        if view == DETAILED:
+            object_filter = await _object_filter(broker, request.query)
     except BadQuery as exc:
         return web.Response(status=400, text=str(exc))
-    snapshot = Snapshot(request.app[BROKER], object_filter if view == DETAILED else ObjectFilter())
-    body = generate_latest(BrokerCollector(snapshot, scrape))
+    body = generate_latest(BrokerCollector(Snapshot(broker, object_filter), scrape))
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
-def parse_query(request: web.Request, view: str) -> tuple[Scrape, ObjectFilter]:
-    query = request.query
+def parse_scrape(query: MultiMapping[str], view: str) -> Scrape:
     prefixes = query.getall("prefix", [PREFIXES[0]])
     if len(prefixes) != 1 or prefixes[0] not in PREFIXES:
         raise BadQuery(f"'prefix' must be one of {', '.join(PREFIXES)}")
@@ -77,13 +80,20 @@ def parse_query(request: web.Request, view: str) -> tuple[Scrape, ObjectFilter]:
     unknown = sorted(families - KNOWN_FAMILIES)
     if unknown:
         raise BadQuery(f"Unknown metric family: {', '.join(unknown)}")
+    return Scrape(view, prefixes[0], families)
+
+
+async def _object_filter(broker: Broker, query: MultiMapping[str]) -> ObjectFilter:
+    """The detailed view's `vhost` and `queue` filters; the queue pattern is matched
+    against the names of the chosen vhosts off the event loop."""
     vhosts = query.getall("vhost", [])
-    known_vhosts = request.app[BROKER].vhosts
-    object_filter = ObjectFilter(
-        frozenset(name for name in vhosts if name in known_vhosts) if vhosts else None,
-        _queue_pattern(query.getall("queue", [])),
-    )
-    return Scrape(view, prefixes[0], families), object_filter
+    chosen = frozenset(name for name in vhosts if name in broker.vhosts) if vhosts else None
+    pattern = _queue_pattern(query.getall("queue", []))
+    if pattern is None:
+        return ObjectFilter(chosen)
+    hosts = [host for vhost, host in broker.vhosts.items() if chosen is None or vhost in chosen]
+    names = (name for host in hosts for name in host.queues)
+    return ObjectFilter(chosen, frozenset(await pattern.matching(names)))
 
 
 def _queue_pattern(values: list[str]) -> Pattern | None:

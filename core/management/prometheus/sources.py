@@ -14,7 +14,6 @@ from typing import Final, Protocol, runtime_checkable
 
 from lavin.api import hookimpl
 from lavin.api.hooks import ConnectionInfo
-from lavin.api.patterns import Pattern
 from lavin.broker.broker import Broker
 from lavin.broker.queues.queue import Queue
 from lavin.broker.routing.exchange import Exchange
@@ -66,17 +65,17 @@ class HoldsDeliveries(Protocol):
 
 @dataclass(frozen=True)
 class ObjectFilter:
-    """Which objects `/metrics/detailed` reports on: some vhosts, queue names matching a
-    regular expression (None: all)."""
+    """Which objects `/metrics/detailed` reports on: some vhosts, the queues whose names the
+    request's regular expression matched (None: all)."""
 
     vhosts: frozenset[str] | None = None
-    queue_pattern: Pattern | None = None
+    queue_names: frozenset[str] | None = None
 
     def takes_vhost(self, name: str) -> bool:
         return self.vhosts is None or name in self.vhosts
 
     def takes_queue(self, name: str) -> bool:
-        return self.queue_pattern is None or self.queue_pattern.search(name)
+        return self.queue_names is None or name in self.queue_names
 
 
 @dataclass

@@ -71,21 +71,21 @@ def _vhost_bindings(vhost: VHost) -> list[dict[str, Any]]:
 async def exchange_source_bindings(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
     source = vhost.exchanges.get(shapes.exchange_name_from_path(request.match_info["exchange"]))
-    return list_reply(request, [] if source is None else _bindings_from(vhost, source))
+    return await list_reply(request, [] if source is None else _bindings_from(vhost, source))
 
 
 @routes.get("/api/exchanges/{vhost}/{exchange}/bindings/destination")
 async def exchange_destination_bindings(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
     destination = vhost.exchanges.get(shapes.exchange_name_from_path(request.match_info["exchange"]))
-    return list_reply(request, [] if destination is None else _bindings_to(vhost, destination))
+    return await list_reply(request, [] if destination is None else _bindings_to(vhost, destination))
 
 
 @routes.get("/api/queues/{vhost}/{queue}/bindings")
 async def queue_bindings(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
     queue = vhost.queues.get(request.match_info["queue"])
-    return list_reply(request, [] if queue is None else _bindings_to(vhost, queue))
+    return await list_reply(request, [] if queue is None else _bindings_to(vhost, queue))
 
 
 # ---- all, and between two ends ---------------------------------------------------------------
@@ -94,12 +94,12 @@ async def queue_bindings(request: web.Request) -> web.Response:
 @routes.get("/api/bindings")
 async def list_bindings(request: web.Request) -> web.Response:
     vhosts = await visible_vhosts(request)
-    return list_reply(request, [item for vhost in vhosts for item in _vhost_bindings(vhost)])
+    return await list_reply(request, [item for vhost in vhosts for item in _vhost_bindings(vhost)])
 
 
 @routes.get("/api/bindings/{vhost}")
 async def list_vhost_bindings(request: web.Request) -> web.Response:
-    return list_reply(request, _vhost_bindings(await visible_vhost(request)))
+    return await list_reply(request, _vhost_bindings(await visible_vhost(request)))
 
 
 class _Ends:
@@ -162,7 +162,7 @@ BINDINGS_PATH: Final = "/api/bindings/{vhost}/e/{source}/{kind:[eq]}/{destinatio
 async def list_pair_bindings(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
     ends = _Ends(request, vhost)
-    return list_reply(request, [shapes.binding_json(vhost.name, ends.source_name, b) for b in ends.bindings()])
+    return await list_reply(request, [shapes.binding_json(vhost.name, ends.source_name, b) for b in ends.bindings()])
 
 
 @routes.post(BINDINGS_PATH)

@@ -38,14 +38,14 @@ def _channels(connections: list[ConnectionSnapshot]) -> Iterator[tuple[Connectio
 async def list_channels(request: web.Request) -> web.Response:
     broker = broker_of(request)
     connections = visible_connections(requester(request), broker.stats.snapshots())
-    return list_reply(request, [shapes.channel_json(broker, c, ch) for c, ch in _channels(connections)])
+    return await list_reply(request, [shapes.channel_json(broker, c, ch) for c, ch in _channels(connections)])
 
 
 @routes.get("/api/vhosts/{vhost}/channels")
 async def list_vhost_channels(request: web.Request) -> web.Response:
     vhost, broker = await running_vhost(request), broker_of(request)
     connections = [c for c in visible_connections(requester(request), broker.stats.snapshots()) if c.vhost == vhost]
-    return list_reply(request, [shapes.channel_json(broker, c, ch) for c, ch in _channels(connections)])
+    return await list_reply(request, [shapes.channel_json(broker, c, ch) for c, ch in _channels(connections)])
 
 
 @routes.get("/api/channels/{channel}")
@@ -74,10 +74,10 @@ def _consumers(broker: Broker, vhosts: list[str]) -> list[dict[str, Any]]:
 async def list_consumers(request: web.Request) -> web.Response:
     broker = broker_of(request)
     vhosts = await requester(request).visible_vhosts(broker.vhosts)
-    return list_reply(request, _consumers(broker, vhosts))
+    return await list_reply(request, _consumers(broker, vhosts))
 
 
 @routes.get("/api/consumers/{vhost}")
 async def list_vhost_consumers(request: web.Request) -> web.Response:
     vhost = await running_vhost(request)
-    return list_reply(request, _consumers(broker_of(request), [vhost]))
+    return await list_reply(request, _consumers(broker_of(request), [vhost]))

@@ -32,14 +32,14 @@ routes = web.RouteTableDef()
 async def list_connections(request: web.Request) -> web.Response:
     broker = broker_of(request)
     connections = visible_connections(requester(request), broker.stats.snapshots())
-    return list_reply(request, [shapes.connection_json(broker, c) for c in connections])
+    return await list_reply(request, [shapes.connection_json(broker, c) for c in connections])
 
 
 @routes.get("/api/vhosts/{vhost}/connections")
 async def list_vhost_connections(request: web.Request) -> web.Response:
     vhost, broker = await running_vhost(request), broker_of(request)
     connections = [c for c in visible_connections(requester(request), broker.stats.snapshots()) if c.vhost == vhost]
-    return list_reply(request, [shapes.connection_json(broker, c) for c in connections])
+    return await list_reply(request, [shapes.connection_json(broker, c) for c in connections])
 
 
 def _connection(request: web.Request) -> ConnectionSnapshot:
@@ -67,7 +67,8 @@ async def close_connection(request: web.Request) -> web.Response:
 @routes.get("/api/connections/{connection}/channels")
 async def list_connection_channels(request: web.Request) -> web.Response:
     connection, broker = _connection(request), broker_of(request)
-    return list_reply(request, [shapes.channel_json(broker, connection, channel) for channel in connection.channels])
+    channels = [shapes.channel_json(broker, connection, channel) for channel in connection.channels]
+    return await list_reply(request, channels)
 
 
 def _connections_of(request: web.Request) -> list[ConnectionSnapshot]:
@@ -79,7 +80,7 @@ def _connections_of(request: web.Request) -> list[ConnectionSnapshot]:
 @routes.get("/api/connections/username/{username}")
 async def list_user_connections(request: web.Request) -> web.Response:
     broker = broker_of(request)
-    return list_reply(request, [shapes.connection_json(broker, c) for c in _connections_of(request)])
+    return await list_reply(request, [shapes.connection_json(broker, c) for c in _connections_of(request)])
 
 
 @routes.delete("/api/connections/username/{username}")

@@ -57,7 +57,7 @@ def _exchange(vhost: VHost, path_name: str) -> Exchange:
 @routes.get("/api/exchanges")
 async def list_exchanges(request: web.Request) -> web.Response:
     vhosts = await visible_vhosts(request)
-    return list_reply(
+    return await list_reply(
         request, [shapes.exchange_json(vhost, exchange) for vhost in vhosts for exchange in exchanges_by_name(vhost)]
     )
 
@@ -65,7 +65,7 @@ async def list_exchanges(request: web.Request) -> web.Response:
 @routes.get("/api/exchanges/{vhost}")
 async def list_vhost_exchanges(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
-    return list_reply(request, [shapes.exchange_json(vhost, exchange) for exchange in exchanges_by_name(vhost)])
+    return await list_reply(request, [shapes.exchange_json(vhost, exchange) for exchange in exchanges_by_name(vhost)])
 
 
 @routes.get("/api/exchanges/{vhost}/{exchange}")

@@ -48,7 +48,7 @@ async def extensions(request: web.Request) -> web.Response:
 @routes.get("/api/nodes")
 async def list_nodes(request: web.Request) -> web.Response:
     requester(request).require_monitor()
-    return list_reply(request, [shapes.node_json(broker_of(request))])
+    return await list_reply(request, [shapes.node_json(broker_of(request))])
 
 
 @routes.get("/api/nodes/{node}")

@@ -41,7 +41,7 @@ async def list_parameters(request: web.Request) -> web.Response:
         for item in parameters_json(broker, vhost)
         if component is None or item["component"] == component
     ]
-    return list_reply(request, items)
+    return await list_reply(request, items)
 
 
 @routes.get("/api/parameters/{component}/{vhost}")
@@ -50,7 +50,7 @@ async def list_vhost_parameters(request: web.Request) -> web.Response:
     await requester(request).require_policymaker(vhost.name)
     component = request.match_info["component"]
     items = [item for item in parameters_json(broker_of(request), vhost) if item["component"] == component]
-    return list_reply(request, items)
+    return await list_reply(request, items)
 
 
 def _parameter(request: web.Request, vhost: VHost) -> dict[str, Any]:
@@ -105,7 +105,7 @@ async def delete_parameter(request: web.Request) -> web.Response:
 @routes.get("/api/global-parameters")
 async def list_global_parameters(request: web.Request) -> web.Response:
     await requester(request).require_policymaker()
-    return list_reply(request, broker_of(request).global_parameters.to_json())
+    return await list_reply(request, broker_of(request).global_parameters.to_json())
 
 
 @routes.get("/api/global-parameters/{name}")

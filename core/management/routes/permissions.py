@@ -96,7 +96,7 @@ async def vhost_topic_permissions(request: web.Request) -> web.Response:
 @routes.get("/api/permissions")
 async def list_permissions(request: web.Request) -> web.Response:
     requester(request).require_administrator()
-    return list_reply(request, _permissions(access_of(request)))
+    return await list_reply(request, _permissions(access_of(request)))
 
 
 @routes.get("/api/permissions/{vhost}/{user}")
@@ -135,7 +135,7 @@ async def delete_permissions(request: web.Request) -> web.Response:
 @routes.get("/api/topic-permissions")
 async def list_topic_permissions(request: web.Request) -> web.Response:
     requester(request).require_administrator()
-    return list_reply(request, _topic_permissions(access_of(request)))
+    return await list_reply(request, _topic_permissions(access_of(request)))
 
 
 @routes.get("/api/topic-permissions/{vhost}/{user}")

@@ -42,7 +42,7 @@ async def _list_policies(request: web.Request, operator: bool) -> web.Response:
     else:
         chosen = await listed_vhosts(request)
     items = [policy.to_json() for vhost in chosen for policy in _table(vhost, operator).values()]
-    return list_reply(request, _by_priority(items))
+    return await list_reply(request, _by_priority(items))
 
 
 async def _get_policy(request: web.Request, operator: bool) -> web.Response:

@@ -72,7 +72,7 @@ def _message_queue(vhost: VHost, queue: Queue, operation: str) -> MessageQueue:
 async def list_queues(request: web.Request) -> web.Response:
     node = _node(request)
     vhosts = await visible_vhosts(request)
-    return list_reply(
+    return await list_reply(
         request, [shapes.queue_json(vhost, queue, node) for vhost in vhosts for queue in queues_by_name(vhost)]
     )
 
@@ -81,7 +81,7 @@ async def list_queues(request: web.Request) -> web.Response:
 async def list_vhost_queues(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
     node = _node(request)
-    return list_reply(request, [shapes.queue_json(vhost, queue, node) for queue in queues_by_name(vhost)])
+    return await list_reply(request, [shapes.queue_json(vhost, queue, node) for queue in queues_by_name(vhost)])
 
 
 @routes.get("/api/queues/{vhost}/{queue}")

@@ -30,7 +30,7 @@ routes = web.RouteTableDef()
 async def list_users(request: web.Request) -> web.Response:
     requester(request).require_administrator()
     users = sorted(access_of(request).users(), key=lambda user: user.name)
-    return list_reply(request, [shapes.user_json(user) for user in users])
+    return await list_reply(request, [shapes.user_json(user) for user in users])
 
 
 # Before /api/users/{user}, which would take these names as a user's.
@@ -40,7 +40,7 @@ async def users_without_permissions(request: web.Request) -> web.Response:
     access = access_of(request)
     permitted = {user for user, _, _ in access.permissions()}
     users = sorted((user for user in access.users() if user.name not in permitted), key=lambda user: user.name)
-    return list_reply(request, [shapes.user_json(user) for user in users])
+    return await list_reply(request, [shapes.user_json(user) for user in users])
 
 
 @routes.post("/api/users/bulk-delete")

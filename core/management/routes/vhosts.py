@@ -29,7 +29,7 @@ routes = web.RouteTableDef()
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
     visible = await requester(request).visible_vhosts(sorted(access_of(request).vhosts()))
-    return list_reply(request, [_vhost_with_counts(request, name) for name in visible])
+    return await list_reply(request, [_vhost_with_counts(request, name) for name in visible])
 
 
 @routes.get("/api/vhosts/{vhost}")
