@@ -9,7 +9,6 @@ kept aside first (`*.corrupt`), so that no rewrite loses what could not be read.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import struct
@@ -395,9 +394,9 @@ class DefinitionsStore:
             return
         size = os.fstat(self._fd).st_size
         try:
-            written = os.write(self._fd, frame)
-            if written != len(frame):
-                raise OSError(errno.EIO, f"{self.path}: short write ({written} of {len(frame)} bytes)")
+            unwritten = memoryview(frame)
+            while unwritten:  # a write may store part: the next one says why it stopped
+                unwritten = unwritten[os.write(self._fd, unwritten) :]
             os.fsync(self._fd)
         except OSError:
             os.ftruncate(self._fd, size)
