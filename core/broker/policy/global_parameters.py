@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from lavin.broker.policy.policy_rules import validation_failed
-from lavin.storage.metadata.storable import UnstorableValue, check_value
 from lavin.storage.metadata.policy_files import GLOBAL_PARAMETERS_FILE, PolicyFileError, read_json_file, write_json_file
+from lavin.storage.metadata.storable import UnstorableValue, check_value
 
 
 class GlobalParameters:

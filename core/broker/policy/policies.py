@@ -26,8 +26,8 @@ from lavin.broker.policy.policy_rules import (
     parse_policy,
     validation_failed,
 )
-from lavin.storage.metadata.storable import UnstorableValue, check_value
 from lavin.storage.metadata.policy_files import POLICIES_FILE, PolicyFileError, read_json_file, write_json_file
+from lavin.storage.metadata.storable import UnstorableValue, check_value
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.broker.routing.exchange import Exchange
 from lavin.broker.vhost import VHost
 from lavin.management.shapes.access import BadRequest, required
-from lavin.storage.metadata.storable import UnstorableValue, check_value
 from lavin.management.shapes.message_stats import object_message_stats
+from lavin.storage.metadata.storable import UnstorableValue, check_value
 
 # The default exchange's name in paths (its real name is "").
 DEFAULT_EXCHANGE_PATH_NAME: Final = "amq.default"

@@ -118,7 +118,8 @@ class _FoldedDefinitions:
             return record["name"] in self.queues or ("queue", record["name"]) in self._bindings_of
         if op not in (_BIND, _UNBIND):
             raise KeyError(f"unknown operation {op!r}")
-        return (self._key(_binding_def(record)) in self.bindings) == (op == _UNBIND)
+        unbinding: bool = op == _UNBIND
+        return (self._key(_binding_def(record)) in self.bindings) == unbinding
 
     def apply(self, record: dict[str, Any]) -> bool:
         """Apply one record; False when it changes nothing. KeyError for a malformed one."""
