@@ -39,7 +39,9 @@ from lavin.storage.metadata.definitions_store import (
     DefinitionsStore,
     ExchangeDef,
     QueueDef,
+    check_definition,
 )
+from lavin.storage.metadata.storable import UnstorableValue
 
 if TYPE_CHECKING:
     from lavin.broker.broker import Broker, ClientConnection
@@ -244,11 +246,18 @@ class VHost(ExchangeHost):
             return existing
         if name.startswith("amq."):
             raise errors.AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        definition = ExchangeDef(name, type_name, auto_delete, internal, arguments)
+        check_storable(definition)
         exchange = self._create_exchange(
             name, type_name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments
         )
         if durable and self.definitions is not None:
-            self.definitions.exchange_declared(ExchangeDef(name, type_name, auto_delete, internal, arguments))
+            try:
+                self.definitions.exchange_declared(definition)
+            except OSError:  # not written: the exchange never was (no await since it was created)
+                del self.exchanges[name]
+                exchange.delete()
+                raise
         self._changed("exchange", name, "declared")
         return exchange
 
@@ -353,6 +362,8 @@ class VHost(ExchangeHost):
         if cluster_limit := self.broker.config.max_queues:
             queues = sum(len(vhost.queues) for vhost in self.broker.vhosts.values())
             check_queue_limit(name, cluster_limit, queues, "cluster")
+        definition = QueueDef(name, auto_delete, arguments)
+        check_storable(definition)
         queue = self._create_queue(
             name,
             durable=durable,
@@ -361,7 +372,12 @@ class VHost(ExchangeHost):
             arguments=arguments,
         )
         if durable and not exclusive and self.definitions is not None:
-            self.definitions.queue_declared(QueueDef(name, auto_delete, arguments))
+            try:
+                self.definitions.queue_declared(definition)
+            except OSError:  # not written: the queue never was (no await since it was created)
+                del self.queues[name]
+                queue.delete()
+                raise
         self._changed("queue", name, "declared")
         return queue
 
@@ -459,11 +475,21 @@ class VHost(ExchangeHost):
         *,
         persist: bool,
     ) -> None:
+        definition = self._binding_def(source, destination, routing_key, arguments)
+        if persist:
+            check_storable(definition)
         if not source.table.bind(destination, routing_key, arguments):
             return
+        newly_a_source = source not in self._sources.get(destination, ())
         self._sources.setdefault(destination, set()).add(source)
         if persist and self._binding_is_durable(source, destination) and self.definitions is not None:
-            self.definitions.bound(self._binding_def(source, destination, routing_key, arguments))
+            try:
+                self.definitions.bound(definition)
+            except OSError:  # not written: the binding never was
+                source.table.unbind(destination, routing_key, arguments)
+                if newly_a_source:
+                    self._discard_source(destination, source)
+                raise
         if persist:
             self._changed("binding", source.name, "declared")
 
@@ -584,6 +610,16 @@ def check_queue_name(name: str) -> None:
     """403 for a queue name a client may not choose: the amq. prefix is the server's."""
     if name.startswith("amq."):
         raise errors.AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+
+
+def check_storable(definition: ExchangeDef | QueueDef | BindingDef) -> None:
+    """406 naming what the definitions log could not hold, before anything is created. Over
+    AMQP the codec has bounded the arguments already; definitions from the API, an import or
+    a definitions file arrive here unchecked."""
+    try:
+        check_definition(definition)
+    except UnstorableValue as exc:
+        raise errors.PreconditionFailed(str(exc)) from None
 
 
 def check_not_default_exchange(name: str) -> None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lavin.broker.policy.policy_rules import validation_failed
 from lavin.storage.metadata.policy_files import GLOBAL_PARAMETERS_FILE, PolicyFileError, read_json_file, write_json_file
+from lavin.storage.metadata.storable import UnstorableValue, check_value
 
 
 class GlobalParameters:
@@ -31,7 +33,13 @@ class GlobalParameters:
         return [{"name": name, "value": value} for name, value in self.values.items()]
 
     def set(self, name: str, value: Any) -> bool:
-        """True when new; written before it takes effect."""
+        """True when new; written before it takes effect. PolicyError (400) for a value the
+        file cannot hold."""
+        try:
+            check_value(name, "global parameter name")
+            check_value(value, f"value of global parameter '{name}'")
+        except UnstorableValue as exc:
+            raise validation_failed([str(exc)]) from None
         created = name not in self.values
         self._save({**self.values, name: value})
         return created

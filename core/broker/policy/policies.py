@@ -24,8 +24,10 @@ from lavin.broker.policy.policy_rules import (
     effective_definition,
     highest,
     parse_policy,
+    validation_failed,
 )
 from lavin.storage.metadata.policy_files import POLICIES_FILE, PolicyFileError, read_json_file, write_json_file
+from lavin.storage.metadata.storable import UnstorableValue, check_value
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,10 @@ def check_parameter(component: str, value: Any) -> None:
             raise PolicyError(f"Validation failed\n\n{component} value must be a list of objects\n")
     elif not isinstance(value, dict):
         raise PolicyError(f"Validation failed\n\n{component} value must be an object\n")
+    try:
+        check_value(value, f"{component} value")
+    except UnstorableValue as exc:
+        raise validation_failed([str(exc)]) from None
 
 
 class PolicySubject(Protocol):

@@ -21,6 +21,7 @@ from lavin.api.patterns import Pattern, PatternError, compile_pattern
 from lavin.broker.policy.argument_rows import Argument, Precedence
 from lavin.broker.policy.arguments import EXCHANGE_ARGUMENTS, QueueSettings, parse_queue_settings
 from lavin.broker.policy.queue_arguments import QUEUE_ARGUMENTS
+from lavin.storage.metadata.storable import UnstorableValue, check_value
 
 APPLY_TO: Final = ("all", "queues", "classic_queues", "quorum_queues", "streams", "exchanges")
 # The apply-to value that names a queue type; other types match `all` and `queues` only.
@@ -168,6 +169,12 @@ def parse_policy(vhost: str, name: str, body: Mapping[str, Any], *, operator: bo
             " 'quorum_queues', 'streams', 'exchanges', or 'all'"
         )
     definition = body.get("definition")
+    try:  # first: a definition nested too deep would overflow the checks below
+        for what, value in (("policy name", name), (f"pattern of policy '{name}'", pattern)):
+            check_value(value, what)
+        check_value(definition, f"definition of policy '{name}'")
+    except UnstorableValue as exc:
+        raise validation_failed([str(exc)]) from None
     if definition is not None:
         errors.extend(_definition_errors(definition, operator=operator))
     if errors:

@@ -6,8 +6,9 @@ An import is additive, as RabbitMQ's: it creates what is missing and updates use
 permissions, parameters and policies, and leaves an exchange or queue that exists as it
 is. Runtime parameters of components Lavin does not know are skipped and said so in the
 log. Policies and parameters are checked before anything is imported: one that is invalid
-refuses the whole document, naming it. Each other object that fails is named in the
-report; the others are still imported.
+refuses the whole document, naming it; so does any object with a name over 255 bytes, a
+lone surrogate or arguments nested deeper than an AMQP table may be. Each other object that
+fails is named in the report; the others are still imported.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from lavin.broker.vhost import VHost
 from lavin.config import StartupError
 from lavin.management.definitions.document import SECTIONS, VHOST_LIMITS_COMPONENT, VHOST_SECTIONS
 from lavin.management.shapes import access as shapes
+from lavin.storage.metadata.storable import UnstorableValue, check_name, check_value
 
 if TYPE_CHECKING:
     from lavin.broker.broker import Broker
@@ -85,6 +87,7 @@ def import_definitions(broker: Broker, document: Any) -> ImportReport:
     """Apply a definitions document; DefinitionsError (before any change) unless its
     sections are lists of objects."""
     sections = _sections(document)
+    _check_storable(sections)
     _check_policies_and_parameters(broker, sections)
     importer = _Importer(broker)
     report = ImportReport()
@@ -134,6 +137,27 @@ def _sections(document: Any) -> dict[str, list[Any]]:
 
 def _singular(section: str) -> str:
     return SINGULAR.get(section, section[:-1].replace("_", " "))
+
+
+# The fields of each section that are AMQP short strings: names, and routing keys.
+_SHORT_STRINGS = ("name", "vhost", "user", "type", "source", "destination", "routing_key", "exchange")
+
+
+def _check_storable(sections: Mapping[str, list[Any]]) -> None:
+    """DefinitionsError naming the first object whose names or values Lavin could not store
+    (too long a name, a lone surrogate, arguments nested too deep), before anything is
+    imported: the document is applied whole or refused."""
+    for section in SECTIONS:
+        for item in sections.get(section, []):
+            try:
+                for key, value in item.items():
+                    if key in _SHORT_STRINGS and isinstance(value, str):
+                        check_name(value, key)
+                    else:
+                        check_value(key, "a key")
+                        check_value(value, key, field_table=key == "arguments")
+            except UnstorableValue as exc:
+                raise DefinitionsError(f"{_singular(section)} {_label(item)}: {exc}") from None
 
 
 def _check_policies_and_parameters(broker: Broker, sections: Mapping[str, list[Any]]) -> None:

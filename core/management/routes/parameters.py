@@ -122,7 +122,10 @@ async def get_global_parameter(request: web.Request) -> web.Response:
 async def put_global_parameter(request: web.Request) -> web.Response:
     await requester(request).require_policymaker()
     (value,) = shapes.required(await json_body(request), "value")
-    return done(broker_of(request).global_parameters.set(request.match_info["name"], value))
+    try:
+        return done(broker_of(request).global_parameters.set(request.match_info["name"], value))
+    except PolicyError as exc:
+        raise shapes.BadRequest(escaped(str(exc))) from None
 
 
 @routes.delete("/api/global-parameters/{name}")

@@ -29,6 +29,7 @@ from lavin.broker.routing.exchange import Exchange
 from lavin.broker.vhost import VHost
 from lavin.management.shapes.access import BadRequest, required
 from lavin.management.shapes.message_stats import object_message_stats
+from lavin.storage.metadata.storable import UnstorableValue, check_value
 
 # The default exchange's name in paths (its real name is "").
 DEFAULT_EXCHANGE_PATH_NAME: Final = "amq.default"
@@ -203,7 +204,10 @@ def arguments(body: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BadRequest("arguments must be an object")
     try:
+        check_value(value, "arguments", field_table=True)  # first: it bounds the nesting encode_table recurses into
         encode_table(value)
+    except UnstorableValue as exc:
+        raise BadRequest(str(exc)) from None
     except ValueError as exc:
         raise BadRequest(f"arguments: {exc}") from None
     return dict(value)

@@ -162,15 +162,20 @@ def save_vhosts(path: Path, vhosts: Mapping[str, Mapping[str, int]]) -> None:
 
 def write_json_atomically(path: Path, document: object) -> None:
     """Write to a temporary file, sync it, rename it over `path`, sync the directory. The
-    file holds password hashes: only the broker's user may read it."""
+    file holds password hashes: only the broker's user may read it. The document must hold
+    only what `lavin.storage.metadata.storable` lets through; callers check that first."""
+    data = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")  # fails before any write
     temporary = path.with_name(path.name + ".tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(descriptor, "w", encoding="utf-8") as file:
-        json.dump(document, file, indent=2, ensure_ascii=False)
-        file.write("\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(descriptor, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # a failed write leaves the old file and nothing beside it
+        raise
     fsync_directory(path.parent)
 
 

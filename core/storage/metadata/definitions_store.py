@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lavin.storage.disk import fsync_directory
+from lavin.storage.metadata.storable import check_name, check_value
 from lavin.storage.quarantine import copy_aside
 from pamqp import decode as amqp_decode
 from pamqp import encode as amqp_encode
@@ -104,19 +105,33 @@ class _FoldedDefinitions:
         self.bindings: dict[_BindingKey, BindingDef] = {}  # insertion order = declaration order
         self._bindings_of: dict[_Endpoint, dict[_BindingKey, None]] = {}
 
+    def changes(self, record: dict[str, Any]) -> bool:
+        """Whether `apply` would change anything; changes nothing itself. KeyError for a malformed record."""
+        op = record["op"]
+        if op == _EXCHANGE_DECLARE:
+            return self.exchanges.get(record["name"]) != _exchange_def(record)
+        if op == _QUEUE_DECLARE:
+            return self.queues.get(record["name"]) != _queue_def(record)
+        if op == _EXCHANGE_DELETE:
+            return record["name"] in self.exchanges or ("exchange", record["name"]) in self._bindings_of
+        if op == _QUEUE_DELETE:
+            return record["name"] in self.queues or ("queue", record["name"]) in self._bindings_of
+        if op not in (_BIND, _UNBIND):
+            raise KeyError(f"unknown operation {op!r}")
+        unbinding: bool = op == _UNBIND
+        return (self._key(_binding_def(record)) in self.bindings) == unbinding
+
     def apply(self, record: dict[str, Any]) -> bool:
         """Apply one record; False when it changes nothing. KeyError for a malformed one."""
         op = record["op"]
         if op == _EXCHANGE_DECLARE:
-            exchange = ExchangeDef(
-                record["name"], record["type"], record["auto_delete"], record["internal"], record["arguments"]
-            )
+            exchange = _exchange_def(record)
             if self.exchanges.get(exchange.name) == exchange:
                 return False
             self.exchanges[exchange.name] = exchange
             return True
         if op == _QUEUE_DECLARE:
-            queue = QueueDef(record["name"], record["auto_delete"], record["arguments"])
+            queue = _queue_def(record)
             if self.queues.get(queue.name) == queue:
                 return False
             self.queues[queue.name] = queue
@@ -127,13 +142,7 @@ class _FoldedDefinitions:
         if op == _QUEUE_DELETE:
             existed = self.queues.pop(record["name"], None) is not None
             return self._drop_bindings_of(("queue", record["name"])) or existed
-        binding = BindingDef(
-            record["source"],
-            record["destination"],
-            record["destination_type"],
-            record["routing_key"],
-            record["arguments"],
-        )
+        binding = _binding_def(record)
         key = self._key(binding)
         if op == _BIND:
             if key in self.bindings:
@@ -184,6 +193,37 @@ class _FoldedDefinitions:
         for key in keys:
             self._drop_binding(key)
         return bool(keys)
+
+
+def _exchange_def(record: dict[str, Any]) -> ExchangeDef:
+    return ExchangeDef(record["name"], record["type"], record["auto_delete"], record["internal"], record["arguments"])
+
+
+def _queue_def(record: dict[str, Any]) -> QueueDef:
+    return QueueDef(record["name"], record["auto_delete"], record["arguments"])
+
+
+def _binding_def(record: dict[str, Any]) -> BindingDef:
+    return BindingDef(
+        record["source"], record["destination"], record["destination_type"], record["routing_key"], record["arguments"]
+    )
+
+
+def check_definition(definition: ExchangeDef | QueueDef | BindingDef) -> None:
+    """UnstorableValue, naming the object, unless the log can hold `definition`: called
+    before the object is created, so that a definition that cannot be written changes nothing."""
+    if isinstance(definition, BindingDef):
+        what = f"binding of {definition.destination_type} '{definition.destination}' to exchange '{definition.source}'"
+        check_name(definition.source, "source exchange name")
+        check_name(definition.destination, f"{definition.destination_type} name")
+        check_name(definition.routing_key, f"routing key of {what}")
+    else:
+        kind = "exchange" if isinstance(definition, ExchangeDef) else "queue"
+        check_name(definition.name, f"{kind} name")
+        what = f"{kind} '{definition.name}'"
+        if isinstance(definition, ExchangeDef):
+            check_name(definition.type, f"type of {what}")
+    check_value(definition.arguments, f"arguments of {what}", field_table=True)
 
 
 def _exchange_record(exchange: ExchangeDef) -> dict[str, Any]:
@@ -304,6 +344,7 @@ class DefinitionsStore:
         return self._folded.snapshot()
 
     def exchange_declared(self, exchange: ExchangeDef) -> None:
+        check_definition(exchange)
         self._record(_exchange_record(exchange))
 
     def exchange_deleted(self, name: str) -> None:
@@ -311,6 +352,7 @@ class DefinitionsStore:
         self._record({"op": _EXCHANGE_DELETE, "name": name})
 
     def queue_declared(self, queue: QueueDef) -> None:
+        check_definition(queue)
         self._record(_queue_record(queue))
 
     def queue_deleted(self, name: str) -> None:
@@ -318,9 +360,11 @@ class DefinitionsStore:
         self._record({"op": _QUEUE_DELETE, "name": name})
 
     def bound(self, binding: BindingDef) -> None:
+        check_definition(binding)
         self._record(_binding_record(_BIND, binding))
 
     def unbound(self, binding: BindingDef) -> None:
+        check_definition(binding)
         self._record(_binding_record(_UNBIND, binding))
 
     def close(self) -> None:
@@ -342,29 +386,45 @@ class DefinitionsStore:
         return ""
 
     def _record(self, record: dict[str, Any]) -> None:
+        """Append `record`, then fold it in: when the write fails (OSError) the file is cut
+        back to where it was and the definitions are as they were."""
         if self._fd < 0:
             raise RuntimeError("DefinitionsStore.load() must run before changes are recorded")
         frame = _frame(record)  # TypeError for a value AMQP cannot carry, before any change
-        if not self._folded.apply(record):
+        if not self._folded.changes(record):
             return
-        written = os.write(self._fd, frame)
-        if written != len(frame):
-            raise OSError(f"{self.path}: short write ({written} of {len(frame)} bytes)")
-        os.fsync(self._fd)
+        size = os.fstat(self._fd).st_size
+        try:
+            unwritten = memoryview(frame)
+            while unwritten:  # a write may store part: the next one says why it stopped
+                unwritten = unwritten[os.write(self._fd, unwritten) :]
+            os.fsync(self._fd)
+        except OSError:
+            os.ftruncate(self._fd, size)
+            raise
+        self._folded.apply(record)
         if record["op"] in _DELETES:
             self._deletes += 1
             if self._deletes >= self.compact_after:
                 self.close()
-                self._compact()
+                try:
+                    self._compact()
+                except OSError as exc:  # the delete is recorded: keep appending to the long log
+                    log.error("%s: cannot rewrite the log compactly: %s", self.path, exc)
+                    self._open_for_append()
 
     def _compact(self) -> None:
         """Replace the log with the declares of the current definitions, atomically."""
         temporary = self.path.with_name(self.path.name + ".tmp")
-        with open(temporary, "wb") as file:
-            file.write(b"".join(_frame(record) for record in self._folded.records()))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, self.path)
+        try:
+            with open(temporary, "wb") as file:
+                file.write(b"".join(_frame(record) for record in self._folded.records()))
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, self.path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
         fsync_directory(self.path.parent)
         self._deletes = 0
         self._open_for_append()
