@@ -250,6 +250,14 @@ class Config:
         ini=IniKey("amqp", "max_message_size", int),
         check=Within(1, None, "{name} must be positive"),
     )
+    max_unfinished_body_bytes: int = setting(
+        128 * MiB,
+        "most bytes of message bodies one connection may have under way at once, the declared sizes of the bodies "
+        "its channels are still receiving added up; a content header that would go past it closes its channel "
+        "with 406",
+        ini=IniKey("amqp", "max_unfinished_body_bytes", int),
+        check=Within(1, None, "{name} must be positive"),
+    )
 
     # --- the management HTTP API and web UI ([mgmt], LavinMQ's names) ---------------------
     http_bind: str = setting(
