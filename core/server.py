@@ -10,6 +10,7 @@ import logging
 import os
 import resource
 import signal
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +41,7 @@ def serve(config: Config) -> None:
     raise_open_file_limit()
     tune_allocator()
     loop_factory = event_loop_factory(config.loop)
+    apply_umask(int(config.umask, 8), config.data_dir)
     with data_dir_lock(config.data_dir):
         registry = load_plugins(config)
         with asyncio.Runner(loop_factory=loop_factory) as runner:
@@ -100,6 +102,24 @@ def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] |
             raise StartupError("--loop uvloop was asked for but uvloop is not installed") from None
         return None
     return uvloop.new_event_loop
+
+
+def apply_umask(mask: int, data_dir: Path) -> None:
+    """Everything the broker creates from now on (the data dir, segments, metadata, sockets)
+    follows `mask`. An existing data dir keeps its mode, as its owner chose it, but a warning
+    says when other users may enter it while the mask would have kept them out."""
+    os.umask(mask)
+    try:
+        mode = stat.S_IMODE(data_dir.stat().st_mode)
+    except OSError:  # not there yet, or unreadable: data_dir_lock says so
+        return
+    if mode & mask & stat.S_IRWXO:
+        log.warning(
+            "Data dir %s has mode %04o: other local users can read message bodies; `chmod o-rwx` it (umask is %04o)",
+            data_dir,
+            mode,
+            mask,
+        )
 
 
 @contextmanager

@@ -7,6 +7,8 @@ Keys covered elsewhere:
 - `[main] plugins`: test_plugin_selection.py::test_config_file_enables_plugins
 - `[plugin.NAME]`: test_plugin_selection.py::test_plugin_section_reaches_lavin_configure
 - `[main] default_user`, `default_password`, `default_user_only_loopback`: test_users.py
+- `[main] umask`: test_private_data.py
+- `[amqp] max_unfinished_body_bytes`: test_unfinished_bodies.py
 """
 
 from __future__ import annotations

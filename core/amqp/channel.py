@@ -254,21 +254,28 @@ class Channel:
             raise errors.UnexpectedFrame(f"content header for class {class_id}, expected 60")
         self._expect_header = False
         self._properties = payload[12:]
-        if body_size > self.connection.broker.config.max_message_size:
-            self._publish = None
-            self.close_with_error(
-                errors.PreconditionFailed(
-                    f"message size {body_size} is larger than configured max size "
-                    f"{self.connection.broker.config.max_message_size}",
-                    60,
-                    40,
-                )
+        connection = self.connection
+        max_size = connection.broker.config.max_message_size
+        if body_size > max_size:
+            self._refuse_body(f"message size {body_size} is larger than configured max size {max_size}")
+            return
+        unfinished = connection.unfinished_body_bytes + body_size
+        if unfinished > connection.max_unfinished_body_bytes:
+            self._refuse_body(
+                f"message size {body_size} would take this connection's unfinished message bodies to {unfinished} "
+                f"bytes, over max_unfinished_body_bytes {connection.max_unfinished_body_bytes}"
             )
             return
+        connection.unfinished_body_bytes = unfinished
         self._body_size = body_size
         self._body_received = 0
         if body_size == 0:
             self._complete_publish(b"")
+
+    def _refuse_body(self, reason: str) -> None:
+        """406 for the content header just read: the body that follows goes unread."""
+        self._publish = None
+        self.close_with_error(errors.PreconditionFailed(reason, 60, 40))
 
     def on_body(self, payload: bytes) -> None:
         if self.closing:
@@ -285,6 +292,7 @@ class Channel:
         body = self._body
         if body is None:
             if received == self._body_size:
+                self._drop_body()
                 self._complete_publish(payload)
                 return
             self._body = body = self._new_body(payload)
@@ -348,7 +356,10 @@ class Channel:
         return bytearray(size)
 
     def _drop_body(self) -> None:
-        """Let go of the body being gathered (complete, or never to be)."""
+        """Let go of the body being gathered (complete, or never to be), and of its share of
+        the connection's unfinished bodies."""
+        self.connection.unfinished_body_bytes -= self._body_size
+        self._body_size = 0
         if self._body is not None:
             self.connection.alarms.body_released(len(self._body))
             self._body = None

@@ -72,6 +72,10 @@ class Connection(asyncio.Protocol):
         self.authorization: Authorization | None = None
         self.frame_max = broker.config.frame_max
         self.channel_max = broker.config.channel_max
+        # The declared sizes of the bodies its channels are receiving, added up, and their
+        # bound: the watermark alone would let one connection hold gigabytes in partial bodies.
+        self.unfinished_body_bytes = 0
+        self.max_unfinished_body_bytes = broker.config.max_unfinished_body_bytes
         self.vhost: VHost | None = None
         self.peer_host = ""
         self.peer = ""

@@ -18,6 +18,7 @@ from lavin.config.declaration import Flag, IniKey, Setting, declared_settings, s
 from lavin.config.values import (
     comma_list,
     is_address_or_network,
+    is_octal_mask,
     log_level_name,
     optional_path,
     parse_boolean,
@@ -48,6 +49,15 @@ class Config:
         ini=IniKey("main", "data_dir", Path),
         flag=Flag("--data-dir", "DIR", "Where messages and definitions are stored.", path="directory"),
         convert=Path,
+    )
+    umask: str = setting(
+        "0027",
+        "octal file mode mask the broker sets at start-up, before it creates anything: the default leaves the data "
+        "dir `0750` and its files `0640`, so other local users cannot read message bodies "
+        "([security.md](security.md#running-lavin-as-its-own-user))",
+        ini=IniKey("main", "umask", str),
+        flag=Flag("--umask", "MASK", "Octal mask for the files and directories the broker creates."),
+        check=Rule(is_octal_mask, "{name} must be an octal mask from 0000 to 0777, such as 0027"),
     )
     log_level: str = setting(
         "info",
@@ -248,6 +258,14 @@ class Config:
         128 * MiB,
         "larger bodies are refused",
         ini=IniKey("amqp", "max_message_size", int),
+        check=Within(1, None, "{name} must be positive"),
+    )
+    max_unfinished_body_bytes: int = setting(
+        128 * MiB,
+        "most bytes of message bodies one connection may have under way at once, the declared sizes of the bodies "
+        "its channels are still receiving added up; a content header that would go past it closes its channel "
+        "with 406",
+        ini=IniKey("amqp", "max_unfinished_body_bytes", int),
         check=Within(1, None, "{name} must be positive"),
     )
 

@@ -48,6 +48,11 @@ def parse_bytes(text: str) -> int:
     return int(match[1]) * BYTE_UNITS[match[2].lower()]
 
 
+def is_octal_mask(text: str) -> bool:
+    """A umask as the shell writes it: octal digits, at most 0777 (`027`, `0027`)."""
+    return re.fullmatch(r"[0-7]{1,4}", text) is not None and int(text, 8) <= 0o777
+
+
 def log_level_name(name: str) -> str:
     return LOG_LEVEL_ALIASES.get(name.lower(), name.lower())
 
