@@ -104,7 +104,8 @@ async def json_body(request: web.Request, *, json_only: bool = False) -> dict[st
     answers 415 to another content type or none (definitions, vhost limits, operator
     policies); the others take the body whatever it is labelled, as RabbitMQ's do."""
     if json_only and request.content_type != "application/json":
-        raise NotJSONContent(f"the body must be application/json, not {printable(request.content_type)}")
+        label = request.headers.get("Content-Type") or "a body without a content type"
+        raise NotJSONContent(f"the body must be application/json, not {printable(label)}")
     body = (await request.read()).strip()
     if body in (b"", b"null", b"undefined"):
         return {}
