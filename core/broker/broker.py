@@ -165,8 +165,9 @@ class Broker(AuthContext):
 
     def remove_vhost(self, name: str) -> Path:
         vhost = self.vhosts.pop(name)
+        forced = errors.ConnectionForced(f"vhost '{name}' is deleted")  # its reply_text fits a shortstr
         for connection in list(vhost.connections):
-            connection.close(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")
+            connection.close(forced.reply_code, forced.reply_text)
         vhost.delete()
         return vhost.data_dir
 

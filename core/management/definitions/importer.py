@@ -13,7 +13,6 @@ fails is named in the report; the others are still imported.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lavin.api import errors
 from lavin.api.exchange import Destination
+from lavin.api.json_input import parse_json
 from lavin.api.printable import printable
 from lavin.broker.access.access_control import AccessControlError
 from lavin.broker.policy.policies import PARAMETER_COMPONENTS, check_parameter
@@ -65,7 +65,7 @@ class ImportReport:
 
 def read_definitions_file(path: Path) -> Any:
     try:
-        return json.loads(path.read_bytes())
+        return parse_json(path.read_bytes())
     except OSError as exc:
         raise DefinitionsError(f"cannot read definitions file {path}: {exc.strerror}") from None
     except ValueError as exc:

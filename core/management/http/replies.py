@@ -2,8 +2,9 @@
 request body reader, and the broker the application serves.
 
 Errors are RabbitMQ's: 400 `{"error": "bad_request", "reason": ...}`, 404 `{"error":
-"Object Not Found", "reason": "Not Found"}`, 405, and 201 for a PUT that creates, 204 for
-one that updates and for a DELETE.
+"Object Not Found", "reason": "Not Found"}`, 405, 415 for a body that is not JSON where
+RabbitMQ takes only JSON, and 201 for a PUT that creates, 204 for one that updates and for
+a DELETE. Anything else a handler raises is a fault of the broker: a 500 and one log line.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from aiohttp import web
+from lavin.api.json_input import RefusedJSON, parse_json
 from lavin.api.printable import printable
 from lavin.broker.access.access_control import AccessControl, AccessControlError, NotFoundError
 from lavin.broker.broker import Broker
@@ -36,6 +38,10 @@ class ObjectNotFound(Exception):
     """The object a path names does not exist: 404, as RabbitMQ answers."""
 
 
+class NotJSONContent(Exception):
+    """A body labelled with another content type than JSON where only JSON is taken: 415."""
+
+
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
@@ -48,14 +54,20 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error_response(400, "bad_request", str(exc))
     except ObjectNotFound:
         return reply(NOT_FOUND, status=404)
+    except NotJSONContent as exc:
+        return error_response(415, "unsupported_media_type", str(exc))
     except web.HTTPNotFound:  # no such path
         return reply(NOT_FOUND, status=404)
     except web.HTTPMethodNotAllowed as exc:
         return error_response(405, "method_not_allowed", f"{exc.method} is not allowed here")
     except web.HTTPRequestEntityTooLarge:
         return error_response(400, "bad_request", "Exceeded HTTP request body size limit")
-    except OSError as exc:  # users.json, vhosts.json or a vhost's files could not be written
-        log.error("%s %s failed: %s", request.method, printable(request.path), exc)
+    except web.HTTPException:  # a reply aiohttp makes: 401, 403, a redirect
+        raise
+    except Exception as exc:  # noqa: BLE001 - a broker fault (users.json unwritable, a bug): one line, no traceback
+        log.error(
+            "%s %s failed: %s: %s", request.method, printable(request.path), type(exc).__name__, printable(str(exc))
+        )
         return error_response(500, "internal_server_error", str(exc))
 
 
@@ -85,13 +97,22 @@ def done(created: bool = False) -> web.Response:
     return web.Response(status=201 if created else 204)
 
 
-async def json_body(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object, read as RabbitMQ reads it (an empty body is `{}`)."""
+async def json_body(request: web.Request, *, json_only: bool = False) -> dict[str, Any]:
+    """The request's JSON object, read as RabbitMQ reads it (an empty body is `{}`).
+
+    `json_only`: the endpoint is one where RabbitMQ accepts only `application/json` and
+    answers 415 to another content type or none (definitions, vhost limits, operator
+    policies); the others take the body whatever it is labelled, as RabbitMQ's do."""
+    if json_only and request.content_type != "application/json":
+        label = request.headers.get("Content-Type") or "a body without a content type"
+        raise NotJSONContent(f"the body must be application/json, not {printable(label)}")
     body = (await request.read()).strip()
     if body in (b"", b"null", b"undefined"):
         return {}
     try:
-        decoded = json.loads(body)
+        decoded = parse_json(body)
+    except RefusedJSON as exc:
+        raise shapes.BadRequest(str(exc)) from None
     except ValueError:
         raise shapes.BadRequest("not_json") from None
     if isinstance(decoded, str):

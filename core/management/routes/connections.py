@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Final
 
 from aiohttp import web
+from lavin.api import errors
 from lavin.broker.runtime.stats import ConnectionSnapshot
 from lavin.management.http.listing import list_reply
 from lavin.management.http.replies import ObjectNotFound, broker_of, done, reply
@@ -23,7 +24,6 @@ from lavin.management.shapes import runtime as shapes
 
 # RabbitMQ's reply text when the management API closes a connection without an X-Reason.
 DEFAULT_CLOSE_REASON: Final = "Closed via management plugin"
-CONNECTION_FORCED: Final = 320
 
 routes = web.RouteTableDef()
 
@@ -90,9 +90,10 @@ async def close_user_connections(request: web.Request) -> web.Response:
 
 
 def _close(request: web.Request, snapshots: list[ConnectionSnapshot]) -> None:
-    """connection.close 320 with the X-Reason header's text, RabbitMQ's default without one."""
-    reason = request.headers.get("X-Reason") or DEFAULT_CLOSE_REASON
+    """connection.close 320 with the X-Reason header's text, RabbitMQ's default without one;
+    a text over a short string's 255 bytes is cut, as RabbitMQ cuts it."""
+    forced = errors.ConnectionForced(request.headers.get("X-Reason") or DEFAULT_CLOSE_REASON)
     chosen = {id(snapshot.key) for snapshot in snapshots}
     for connection in list(broker_of(request).connections):
         if id(connection) in chosen:
-            connection.close(CONNECTION_FORCED, f"CONNECTION_FORCED - {reason}")
+            connection.close(forced.reply_code, forced.reply_text)

@@ -33,7 +33,7 @@ routes = web.RouteTableDef()
 
 async def _import(request: web.Request, apply: Callable[[Any], ImportReport]) -> web.Response:
     try:
-        report = apply(await json_body(request))
+        report = apply(await json_body(request, json_only=True))
     except DefinitionsError as exc:
         raise shapes.BadRequest(str(exc)) from None
     if report.failures:

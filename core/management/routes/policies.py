@@ -55,7 +55,7 @@ async def _get_policy(request: web.Request, operator: bool) -> web.Response:
 
 async def _put_policy(request: web.Request, operator: bool) -> web.Response:
     vhost = vhost_to_change(request)
-    body = await json_body(request)
+    body = await json_body(request, json_only=operator)  # RabbitMQ's 415 for operator policies only
     shapes.required(body, "pattern", "definition")
     try:
         created = vhost.policies.set_policy(request.match_info["name"], body, operator=operator)

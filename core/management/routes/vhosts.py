@@ -108,7 +108,7 @@ def _limited_vhost(request: web.Request) -> str:
 async def put_limit(request: web.Request) -> web.Response:
     requester(request).require_administrator()
     access, vhost = access_of(request), _limited_vhost(request)
-    value = shapes.limit_value(await json_body(request))
+    value = shapes.limit_value(await json_body(request, json_only=True))
     access.set_vhost_limits(vhost, {**access.vhost_limits(vhost), request.match_info["name"]: value})
     return done()
 
