@@ -8,6 +8,7 @@ one that updates and for a DELETE.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import decimal
 import functools
@@ -28,12 +29,19 @@ BROKER: Final = web.AppKey("broker", Broker)
 # RabbitMQ's default max_http_body_size: a definitions document can be large.
 MAX_BODY_SIZE: Final = 20 * 1024 * 1024
 NOT_FOUND: Final = {"error": "Object Not Found", "reason": "Not Found"}
+# A body must arrive within http_idle_timeout plus this many seconds per byte it declares
+# (1 MiB/s): aiohttp bounds the headers but not the body, which a client could drip.
+SECONDS_PER_BODY_BYTE: Final = 1 / (1024 * 1024)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ObjectNotFound(Exception):
     """The object a path names does not exist: 404, as RabbitMQ answers."""
+
+
+class BodyTooSlow(Exception):
+    """The request's body did not arrive in time: 408, and the connection is closed."""
 
 
 @web.middleware
@@ -54,9 +62,21 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error_response(405, "method_not_allowed", f"{exc.method} is not allowed here")
     except web.HTTPRequestEntityTooLarge:
         return error_response(400, "bad_request", "Exceeded HTTP request body size limit")
+    except BodyTooSlow as exc:
+        return await _answer_and_close(request, error_response(408, "request_timeout", str(exc)))
     except OSError as exc:  # users.json, vhosts.json or a vhost's files could not be written
         log.error("%s %s failed: %s", request.method, printable(request.path), exc)
         return error_response(500, "internal_server_error", str(exc))
+
+
+async def _answer_and_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send `response`, then close the connection without waiting for the rest of the
+    body (aiohttp would otherwise read and drop it for up to its lingering time)."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
 
 
 def error_response(status: int, error: str, reason: str) -> web.Response:
@@ -87,7 +107,7 @@ def done(created: bool = False) -> web.Response:
 
 async def json_body(request: web.Request) -> dict[str, Any]:
     """The request's JSON object, read as RabbitMQ reads it (an empty body is `{}`)."""
-    body = (await request.read()).strip()
+    body = (await _body(request)).strip()
     if body in (b"", b"null", b"undefined"):
         return {}
     try:
@@ -101,6 +121,16 @@ async def json_body(request: web.Request) -> dict[str, Any]:
     if not isinstance(decoded, dict):
         raise shapes.BadRequest("not_json")
     return decoded
+
+
+async def _body(request: web.Request) -> bytes:
+    """The request's body, within its deadline."""
+    seconds = request.app[BROKER].config.http_idle_timeout + (request.content_length or 0) * SECONDS_PER_BODY_BYTE
+    try:
+        async with asyncio.timeout(seconds):
+            return await request.read()
+    except TimeoutError:
+        raise BodyTooSlow(f"the request body did not arrive within {seconds:.0f} seconds") from None
 
 
 def broker_of(request: web.Request) -> Broker:
