@@ -63,7 +63,6 @@ def test_a_management_user_sees_only_the_vhosts_it_has_permissions_on(users: Bro
     assert names(get(users, "/api/vhosts", auth=("manager", "pw"))) == ["team"]
 
 
-
 def test_one_vhost_is_for_administrators_as_in_rabbitmq(users: BrokerProcess) -> None:
     for auth, vhost in ((("manager", "pw"), "team"), (("manager", "pw"), "other"), (("watcher", "pw"), "team")):
         refused = get(users, f"/api/vhosts/{vhost}", auth=auth)
