@@ -5,38 +5,18 @@ never finish their protocol header are closed by the handshake deadline."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import time
-from collections.abc import Iterator
 
 import pika
 import pytest
 import requests
 from broker_process import BrokerProcess, stop_quietly
 from control_helpers import ctl_ok
+from socket_helpers import connect, held_sockets, seconds_until_closed
 
 GUEST = ("guest", "guest")
 IDLE_TIMEOUT = 1  # seconds, --http-idle-timeout of the brokers below
 CAP = 3
-
-
-def connect(port: int) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port), timeout=5)
-
-
-def seconds_until_closed(sock: socket.socket, limit: float) -> float:
-    """How long the broker took to close `sock` (reading and dropping anything it sends)."""
-    started = time.monotonic()
-    sock.settimeout(limit)
-    try:
-        while sock.recv(4096):
-            pass
-    except ConnectionResetError:
-        pass
-    except TimeoutError:
-        pytest.fail(f"still open after {limit}s")
-    return time.monotonic() - started
 
 
 @pytest.fixture
@@ -67,12 +47,6 @@ def test_an_idle_keep_alive_connection_is_closed(quick_broker: BrokerProcess) ->
         sock.sendall(b"GET /api/overview HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\r\n")
         assert sock.recv(12) == b"HTTP/1.1 200"
         seconds_until_closed(sock, limit=IDLE_TIMEOUT + 5)
-
-
-@contextlib.contextmanager
-def held_sockets(port: int, count: int) -> Iterator[list[socket.socket]]:
-    with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(connect(port)) for _ in range(count)]
 
 
 def served_again(url: str, within: float) -> bool:

@@ -61,10 +61,14 @@ def test_a_user_without_a_management_tag_is_401(users: BrokerProcess) -> None:
 
 def test_a_management_user_sees_only_the_vhosts_it_has_permissions_on(users: BrokerProcess) -> None:
     assert names(get(users, "/api/vhosts", auth=("manager", "pw"))) == ["team"]
-    assert get(users, "/api/vhosts/team", auth=("manager", "pw")).status_code == 200
-    refused = get(users, "/api/vhosts/other", auth=("manager", "pw"))
-    assert refused.status_code == 401
-    assert refused.json()["reason"] == "User not authorised to access virtual host"
+
+
+def test_one_vhost_is_for_administrators_as_in_rabbitmq(users: BrokerProcess) -> None:
+    for auth, vhost in ((("manager", "pw"), "team"), (("manager", "pw"), "other"), (("watcher", "pw"), "team")):
+        refused = get(users, f"/api/vhosts/{vhost}", auth=auth)
+        assert refused.status_code == 401
+        assert refused.json() == {"error": "not_authorised", "reason": "Not administrator user"}
+    assert get(users, "/api/vhosts/team").json()["name"] == "team"
 
 
 def test_monitoring_and_administrator_users_see_every_vhost(users: BrokerProcess) -> None:

@@ -560,10 +560,35 @@ def test_a_management_user_sees_only_its_vhosts_objects(broker: BrokerProcess, t
     assert {item["vhost"] for item in manager.json("/exchanges")} == {team}
     assert {item["vhost"] for item in manager.json("/bindings")} == {team}
     assert [item["name"] for item in manager.json(f"/queues/{team}")] == ["mine-q", "theirs-q"]
-    # Another vhost is not found for it, as RabbitMQ answers.
-    assert manager.get("/queues/%2F").status_code == 404
-    assert manager.get("/exchanges/%2F/amq.direct").status_code == 404
-    assert manager.put("/queues/%2F/mine-x", {"durable": True}).status_code == 404
+
+
+# Every endpoint that names a vhost's objects, for a vhost the user has no permissions on.
+VHOST_SCOPED_CALLS = [
+    ("GET", "/queues/%2F", None),
+    ("GET", "/queues/%2F/mine-q", None),
+    ("PUT", "/queues/%2F/mine-x", {"durable": True}),
+    ("DELETE", "/queues/%2F/mine-x", None),
+    ("DELETE", "/queues/%2F/mine-x/contents", None),
+    ("POST", "/queues/%2F/mine-x/get", {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}),
+    ("GET", "/queues/%2F/mine-x/bindings", None),
+    ("GET", "/exchanges/%2F", None),
+    ("GET", "/exchanges/%2F/amq.direct", None),
+    ("PUT", "/exchanges/%2F/mine-e", {"type": "direct"}),
+    ("POST", "/exchanges/%2F/amq.direct/publish", {"routing_key": "k", "payload": "x", "properties": {}}),
+    ("GET", "/bindings/%2F", None),
+    ("POST", "/bindings/%2F/e/amq.direct/q/mine-x", {"routing_key": "k"}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), VHOST_SCOPED_CALLS)
+def test_a_vhost_without_permissions_is_401_on_every_object_endpoint(
+    broker: BrokerProcess, team: str, method: str, path: str, body: Any
+) -> None:
+    """RabbitMQ 3.13's `is_authorized_vhost`: 401, and the same reply from every endpoint."""
+    response = Api(broker, ("objmanager", "pw")).call(method, path, body)
+    assert response.status_code == 401, response.text
+    assert response.json() == {"error": "not_authorised", "reason": "User not authorised to access virtual host"}
+    assert Api(broker, ("objmanager", "pw")).get("/queues/no-such-vhost").status_code == 404
 
 
 def test_users_without_a_management_tag_or_credentials_are_401(broker: BrokerProcess, team: str) -> None:

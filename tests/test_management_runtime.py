@@ -247,7 +247,7 @@ def test_a_management_user_sees_and_closes_only_its_own_connections(broker: Brok
         for who in (MANAGER, WATCHER):  # closing another user's connection takes an administrator
             refused = call(broker, "DELETE", guest_path, who)
             assert refused.status_code == 401
-            assert refused.json() == {"error": "not_authorized", "reason": "User not authorised to access object"}
+            assert refused.json() == {"error": "not_authorised", "reason": "User not authorised to access object"}
         assert call(broker, "GET", "/api/connections/username/guest", MANAGER).status_code == 401
         own_path = f"/api/connections/{quote(connection_named(broker, own, MANAGER)['name'], safe='')}"
         assert call(broker, "DELETE", own_path, MANAGER).status_code == 204

@@ -469,7 +469,7 @@ def test_a_management_user_reads_the_policies_of_its_vhosts_only(
     assert api(broker, "GET", "/api/operator-policies/policy-team", auth=tagged["manager"]).json() == []
     one = api(broker, "GET", "/api/policies/policy-team/team-limit", auth=tagged["manager"])
     assert one.status_code == 401
-    assert one.json() == {"error": "not_authorized", "reason": "User not authorised to access object"}
+    assert one.json() == {"error": "not_authorised", "reason": "User not authorised to access object"}
     body = {"pattern": ".*", "definition": {"max-length": 1}}
     assert api(broker, "PUT", "/api/policies/policy-team/mine", body, auth=tagged["manager"]).status_code == 401
     assert api(broker, "GET", "/api/global-parameters", auth=tagged["manager"]).status_code == 401

@@ -6,10 +6,6 @@ refuses (backreferences, lookaround) is refused where it is given, with a 400 na
 from __future__ import annotations
 
 import random
-import socket
-import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import pika
@@ -17,6 +13,7 @@ import pytest
 import requests
 from broker_process import BrokerFactory, BrokerProcess
 from helpers import closes_channel, round_trip, unique_name
+from stall_helpers import MAX_STALL, worst_stall_during
 
 T = TypeVar("T")
 GUEST = ("guest", "guest")
@@ -26,8 +23,6 @@ NESTED_REPETITION = r"^(\w+\.?)*$"
 LAZY_NESTED = r"^amq(.*?)*$x"
 # 30 word characters and a character that fails the pattern: 2**30 paths to backtrack.
 LONG_KEY = "a" * 30 + "!"
-# What another client may wait for its answer while a pattern is matched.
-MAX_STALL = 0.05
 # A pattern RE2 accepts whose DFA grows a new state for nearly every byte of these names
 # (the last 21 bytes' a/b history): about 0.4 ms per name, 170 ms over all of them.
 DFA_HOSTILE = r"(?:[ab]*a[ab]{20}){1,50}x"
@@ -35,27 +30,6 @@ _SEEDED = random.Random(28)
 LONG_NAMES = ["".join(_SEEDED.choice("ab") for _ in range(250)) for _ in range(400)]
 # Over the bound: 25 ms against one 255-byte name.
 TOO_LARGE = r"((a|aa|aaa|a?){1,50}){1,20}x"
-
-
-def amqp_round_trip(broker: BrokerProcess) -> float:
-    """Seconds from a new connection's protocol header to the broker's connection.start:
-    one pass of the broker's event loop, seen from another client."""
-    started = time.perf_counter()
-    with socket.create_connection(("127.0.0.1", broker.port), timeout=2) as sock:
-        sock.sendall(b"AMQP\x00\x00\x09\x01")
-        assert sock.recv(1)  # connection.start's first byte; a stalled loop times out here
-    return time.perf_counter() - started
-
-
-def worst_stall_during(broker: BrokerProcess, action: Callable[[], T]) -> tuple[float, T]:
-    """The slowest round trip of another client while `action` runs in a thread (a few are
-    measured even if it is done at once), and what `action` returned."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        done = pool.submit(action)
-        stalls = [amqp_round_trip(broker) for _ in range(3)]
-        while not done.done():
-            stalls.append(amqp_round_trip(broker))
-        return max(stalls), done.result(timeout=TIMEOUT)
 
 
 @pytest.fixture

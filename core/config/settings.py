@@ -309,7 +309,8 @@ class Config:
     http_idle_timeout: int = setting(
         15,
         "seconds an HTTP connection may take to send a request's headers, from its opening or the previous "
-        "response; an idle keep-alive, a silent or a slow client is then closed",
+        "response; an idle keep-alive, a silent or a slow client is then closed; a request body has as long, "
+        "plus a second per MiB, else 408",
         ini=IniKey("mgmt", "idle_timeout", int),
         flag=Flag("--http-idle-timeout", "SECONDS", "Close HTTP connections that send no complete request headers."),
         check=Within(1, None, "{name} must be a positive number of seconds"),

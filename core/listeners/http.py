@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
+from aiohttp import http_exceptions, web
+from lavin.api.printable import printable
 from lavin.config import StartupError
 from lavin.listeners.connection_gate import ConnectionGate
 from lavin.transport.tls import TlsCertificates
@@ -21,6 +22,24 @@ from lavin.transport.unix import bind_unix_socket, unlink_socket
 log = logging.getLogger(__name__)
 
 BACKLOG = 128
+
+
+class OneLineBadRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse (oversized headers, a bad request line) with
+    its traceback: a client's mistake is one warning line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, http_exceptions.HttpProcessingError):
+            record.msg, record.args = "%s: %s", (record.getMessage(), printable(exc.message))
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+# The logger of aiohttp's request handlers on our listeners.
+request_log = logging.getLogger(f"{__name__}.requests")
+request_log.addFilter(OneLineBadRequests())
 
 
 @dataclass(frozen=True)
@@ -99,7 +118,9 @@ class HttpListener:
         # aiohttp closes a connection whose request headers are not all in within this
         # many seconds of its opening or of the previous response: an idle keep-alive, a
         # socket that never sends, and a slow-loris alike.
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.idle_timeout)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, keepalive_timeout=limits.idle_timeout, logger=request_log
+        )
         self._started = False
 
     async def start(self) -> None:

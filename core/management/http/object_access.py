@@ -1,9 +1,10 @@
 """Who may reach a vhost's exchanges, queues and bindings through the API, and how AMQP
 errors become HTTP replies, as in RabbitMQ.
 
-- A vhost is seen by an administrator, and by another management user when it has
-  permissions there; anyone else gets 404, as RabbitMQ answers (it does not tell a vhost
-  that exists from one that does not).
+- A vhost's objects are reached by an administrator, and by another management user when
+  it has permissions there; anyone else gets 401 "User not authorised to access virtual
+  host", as RabbitMQ 3.13 answers (`is_authorized_vhost`); a vhost that does not exist is
+  404.
 - Declares, deletes, bindings, purges, publishes and gets check the user's configure,
   write and read permissions as the AMQP methods do; over the control socket everything
   is allowed.
@@ -25,18 +26,21 @@ from lavin.broker.queues.queue import Queue
 from lavin.broker.routing.exchange import Exchange
 from lavin.broker.vhost import VHost
 from lavin.management.http.replies import BROKER, ObjectNotFound, error_response
-from lavin.management.http.requester import Requester, requester
+from lavin.management.http.requester import NOT_AUTHORISED_VHOST, NotAuthorised, Requester, requester
 from lavin.management.shapes.objects import DEFAULT_EXCHANGE_PATH_NAME
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 async def visible_vhost(request: web.Request) -> VHost:
-    """The vhost the path names; 404 when it does not exist or the requester may not see it."""
+    """The vhost the path names; 404 when it does not exist, 401 when the requester may not
+    reach it."""
     name = request.match_info["vhost"]
     vhost = request.app[BROKER].vhosts.get(name)
-    if vhost is None or not await _sees(requester(request), name):
+    if vhost is None:
         raise ObjectNotFound
+    if not await _sees(requester(request), name):
+        raise NotAuthorised(NOT_AUTHORISED_VHOST)
     return vhost
 
 

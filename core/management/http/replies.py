@@ -9,6 +9,7 @@ a DELETE. Anything else a handler raises is a fault of the broker: a 500 and one
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import decimal
 import functools
@@ -30,6 +31,9 @@ BROKER: Final = web.AppKey("broker", Broker)
 # RabbitMQ's default max_http_body_size: a definitions document can be large.
 MAX_BODY_SIZE: Final = 20 * 1024 * 1024
 NOT_FOUND: Final = {"error": "Object Not Found", "reason": "Not Found"}
+# A body must arrive within http_idle_timeout plus this many seconds per byte it declares
+# (1 MiB/s): aiohttp bounds the headers but not the body, which a client could drip.
+SECONDS_PER_BODY_BYTE: Final = 1 / (1024 * 1024)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -40,6 +44,10 @@ class ObjectNotFound(Exception):
 
 class NotJSONContent(Exception):
     """A body labelled with another content type than JSON where only JSON is taken: 415."""
+
+
+class BodyTooSlow(Exception):
+    """The request's body did not arrive in time: 408, and the connection is closed."""
 
 
 @web.middleware
@@ -62,6 +70,8 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error_response(405, "method_not_allowed", f"{exc.method} is not allowed here")
     except web.HTTPRequestEntityTooLarge:
         return error_response(400, "bad_request", "Exceeded HTTP request body size limit")
+    except BodyTooSlow as exc:
+        return await _answer_and_close(request, error_response(408, "request_timeout", str(exc)))
     except web.HTTPException:  # a reply aiohttp makes: 401, 403, a redirect
         raise
     except Exception as exc:  # noqa: BLE001 - a broker fault (users.json unwritable, a bug): one line, no traceback
@@ -69,6 +79,16 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
             "%s %s failed: %s: %s", request.method, printable(request.path), type(exc).__name__, printable(str(exc))
         )
         return error_response(500, "internal_server_error", str(exc))
+
+
+async def _answer_and_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send `response`, then close the connection without waiting for the rest of the
+    body (aiohttp would otherwise read and drop it for up to its lingering time)."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
 
 
 def error_response(status: int, error: str, reason: str) -> web.Response:
@@ -106,7 +126,7 @@ async def json_body(request: web.Request, *, json_only: bool = False) -> dict[st
     if json_only and request.content_type != "application/json":
         label = request.headers.get("Content-Type") or "a body without a content type"
         raise NotJSONContent(f"the body must be application/json, not {printable(label)}")
-    body = (await request.read()).strip()
+    body = (await _body(request)).strip()
     if body in (b"", b"null", b"undefined"):
         return {}
     try:
@@ -122,6 +142,16 @@ async def json_body(request: web.Request, *, json_only: bool = False) -> dict[st
     if not isinstance(decoded, dict):
         raise shapes.BadRequest("not_json")
     return decoded
+
+
+async def _body(request: web.Request) -> bytes:
+    """The request's body, within its deadline."""
+    seconds = request.app[BROKER].config.http_idle_timeout + (request.content_length or 0) * SECONDS_PER_BODY_BYTE
+    try:
+        async with asyncio.timeout(seconds):
+            return await request.read()
+    except TimeoutError:
+        raise BodyTooSlow(f"the request body did not arrive within {seconds:.0f} seconds") from None
 
 
 def broker_of(request: web.Request) -> Broker:

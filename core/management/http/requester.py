@@ -37,10 +37,14 @@ REALM: Final = 'Basic realm="RabbitMQ Management"'
 PROTECTED_PREFIXES: Final = ("/api/", "/metrics")
 # RabbitMQ's reason when a user's tags allow the endpoint but not this object.
 NOT_AUTHORISED_OBJECT: Final = "User not authorised to access object"
+# RabbitMQ's reason when the path names a vhost the user has no permissions on.
+NOT_AUTHORISED_VHOST: Final = "User not authorised to access virtual host"
 
 
 class NotAuthorised(Exception):
-    """401 with RabbitMQ's body: `{"error": "not_authorized", "reason": ...}`."""
+    """A logged-in user may not do this: 401 with RabbitMQ's body, `{"error":
+    "not_authorised", "reason": ...}` (a failed login is `not_authorized`, as RabbitMQ spells
+    the two)."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,7 @@ class Requester:
         """401 unless the user may see `vhost`: any vhost for a monitor, else one it has
         permissions on."""
         if not self.is_monitor and not await self.may_access_vhost(vhost):
-            raise NotAuthorised("User not authorised to access virtual host")
+            raise NotAuthorised(NOT_AUTHORISED_VHOST)
 
     async def visible_vhosts(self, vhosts: Iterable[str]) -> list[str]:
         """Those of `vhosts` the user may see, in their order."""
@@ -138,13 +142,13 @@ async def authenticate_requests(request: web.Request, handler: Handler) -> web.S
         return await handler(request)
     credentials = _basic_credentials(request.headers.get("Authorization", ""))
     if credentials is None:
-        return not_authorised("Not_Authorized")
+        return not_authenticated("Not_Authorized")
     username, password = credentials
     peer = request.remote or UNIX_CLIENT[0]  # only a unix socket's client has no address
     try:
         user = await request.app[BROKER].authenticate(username, password, peer, "PLAIN")
     except errors.ConnectionAccessRefused:
-        return not_authorised("Not_Authorized")
+        return not_authenticated("Not_Authorized")
     tags = frozenset(user.tags)
     if not tags & MANAGEMENT_TAGS:
         return not_authorised("Not management user")
@@ -159,8 +163,18 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         return not_authorised(str(exc))
 
 
+def not_authenticated(reason: str) -> web.Response:
+    """A login that failed or was not given."""
+    return _unauthorised("not_authorized", reason)
+
+
 def not_authorised(reason: str) -> web.Response:
-    response = reply({"error": "not_authorized", "reason": reason}, status=401)
+    """A user who logged in and may not do this."""
+    return _unauthorised("not_authorised", reason)
+
+
+def _unauthorised(error: str, reason: str) -> web.Response:
+    response = reply({"error": error, "reason": reason}, status=401)
     response.headers["WWW-Authenticate"] = REALM
     return response
 

@@ -1,9 +1,9 @@
 """The endpoints for vhosts and their limits, with RabbitMQ's paths, JSON and status codes:
 
-- `/api/vhosts`, `/api/vhosts/{vhost}` (GET): any management user, for the vhosts it may
-  see (a `monitoring` user or an administrator sees all, another user those it has
-  permissions on), with their message counts and statistics;
-- `/api/vhosts/{vhost}` (PUT, DELETE): `administrator`;
+- `/api/vhosts` (GET): any management user, for the vhosts it may see (a `monitoring` user
+  or an administrator sees all, another user those it has permissions on), with their
+  message counts and statistics;
+- `/api/vhosts/{vhost}` (GET, PUT, DELETE): `administrator`, as in RabbitMQ;
 - `/api/vhost-limits`, `/api/vhost-limits/{vhost}`, `/api/vhost-limits/{vhost}/{name}`
   (PUT, DELETE): `administrator`.
 
@@ -34,8 +34,8 @@ async def list_vhosts(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts/{vhost}")
 async def get_vhost(request: web.Request) -> web.Response:
+    requester(request).require_administrator()
     name = known_vhost(access_of(request), request.match_info["vhost"])
-    await requester(request).require_vhost(name)
     return reply(_vhost_with_counts(request, name))
 
 
