@@ -100,10 +100,10 @@ def bindings_to(broker: LimitedBroker, queue: str) -> list[str]:
 def test_arguments_nested_too_deep_are_refused_and_nothing_is_declared(broker: LimitedBroker, kind: str) -> None:
     path = f"/api/{kind}s/%2F/deep-{kind}"
     body = {"durable": True, "type": "direct", "arguments": {"x-deep": nested(900)}}
-    refused(api(broker, "PUT", path, body), "arguments: nested more than 100 deep")
+    refused(api(broker, "PUT", path, body), "nested more than 100 deep")
     assert not exists(broker, path)
-    # One level less than the limit (the arguments table is the outermost) is accepted.
-    body["arguments"] = {"x-deep": nested(DEPTH_LIMIT - 1)}
+    # As deep as the limit allows: the request body and the arguments table are two of its levels.
+    body["arguments"] = {"x-deep": nested(DEPTH_LIMIT - 2)}
     assert api(broker, "PUT", path, body).status_code == 201
     assert api(broker, "DELETE", path).status_code == 204
 
@@ -111,13 +111,13 @@ def test_arguments_nested_too_deep_are_refused_and_nothing_is_declared(broker: L
 def test_binding_arguments_nested_too_deep_are_refused(broker: LimitedBroker) -> None:
     assert api(broker, "PUT", "/api/queues/%2F/bound-deep", {"durable": True}).status_code == 201
     response = api(broker, "POST", "/api/bindings/%2F/e/amq.direct/q/bound-deep", {"arguments": {"x": nested(900)}})
-    refused(response, "arguments: nested more than 100 deep")
+    refused(response, "nested more than 100 deep")
     assert bindings_to(broker, "bound-deep") == [""]  # the default exchange's only
 
 
 def test_policy_definition_nested_too_deep_is_refused(broker: LimitedBroker) -> None:
     response = api(broker, "PUT", "/api/policies/%2F/deep", {"pattern": "^deep$", "definition": {"x": nested(900)}})
-    refused(response, "definition of policy 'deep': nested more than 100 deep")
+    refused(response, "nested more than 100 deep")
     assert not exists(broker, "/api/policies/%2F/deep")
     assert leftovers(broker) == []
 
@@ -150,7 +150,7 @@ def test_an_import_is_refused_whole_for_a_lone_surrogate(broker: LimitedBroker) 
         '{"exchanges": [{"name": "fine-before", "vhost": "/", "type": "direct", "durable": true},'
         ' {"name": "e\\ud800", "vhost": "/", "type": "direct", "durable": true}]}'
     )
-    refused(api(broker, "POST", "/api/definitions", raw=document), "exchange 'e\ud800' in vhost '/': name:")
+    refused(api(broker, "POST", "/api/definitions", raw=document), "lone surrogate \\ud800")
     names = {row["name"] for row in api(broker, "GET", "/api/exchanges/%2F").json()}
     assert not names & {"fine-before", "e\ud800"}
 
@@ -197,7 +197,7 @@ def test_a_global_parameter_that_cannot_be_written_leaves_no_temporary_file(brok
     failed_write(api(broker, "PUT", "/api/global-parameters/big", {"value": TOO_LARGE}))
     refused(
         api(broker, "PUT", "/api/global-parameters/surrogate", raw='{"value": "\\udc80"}'),
-        "value of global parameter 'surrogate': not valid UTF-8",
+        "lone surrogate \\udc80",
     )
     for _ in range(2):
         assert api(broker, "GET", "/api/global-parameters/kept").json()["value"] == "v1"
