@@ -22,6 +22,7 @@ from lavin.config import Config, StartupError
 from lavin.listeners.amqp import AmqpListeners
 from lavin.listeners.management_plane import ManagementPlane
 from lavin.management.definitions.importer import load_definitions_file
+from lavin.management.recent_log import RECENT_LOG
 from lavin.plugin_registry import Registry, load_registry
 from lavin.transport.tls import TlsCertificates, TlsSetupError
 
@@ -89,6 +90,9 @@ def configure_logging(level: str) -> None:
         stream=sys.stderr,
         force=True,
     )
+    # Also kept in memory, for `lavin ctl log_tail`.
+    RECENT_LOG.setFormatter(logging.getLogger().handlers[0].formatter)
+    logging.getLogger().addHandler(RECENT_LOG)
 
 
 def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -199,16 +203,20 @@ class RunningBroker:
             log.warning("Listener did not close within %s s", LISTENER_CLOSE_TIMEOUT)
 
 
-async def start_broker(config: Config, registry: Registry) -> RunningBroker:
+async def start_broker(
+    config: Config, registry: Registry, stop_broker: Callable[[], None] | None = None
+) -> RunningBroker:
     """Recover the data, import `load_definitions`, open the management plane and the
-    AMQP listener, and run the start-up hooks."""
+    AMQP listener, and run the start-up hooks. `stop_broker` is what `lavin ctl stop` calls."""
     loop = asyncio.get_running_loop()
     log.info("Lavin starting, data dir %s, event loop %s", config.data_dir, type(loop).__module__)
     certificates = load_certificates(config)
     broker = Broker(config, registry)
     await broker.start()
     listeners = AmqpListeners(broker, config, certificates)
-    management = ManagementPlane(broker, config, certificates=certificates, amqp_connection=listeners.connection)
+    management = ManagementPlane(
+        broker, config, certificates=certificates, amqp_connection=listeners.connection, stop_broker=stop_broker
+    )
     try:
         if config.load_definitions is not None:
             load_definitions_file(broker, config.load_definitions)
@@ -253,7 +261,7 @@ async def run_broker(config: Config, registry: Registry) -> None:
     stop_requested = asyncio.Event()
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, stop_requested.set)
-    running = await start_broker(config, registry)
+    running = await start_broker(config, registry, stop_requested.set)
     loop.add_signal_handler(signal.SIGHUP, running.reload_certificates)
     await stop_requested.wait()
     # A second signal now takes the default action, so a stuck shutdown can be interrupted.

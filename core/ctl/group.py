@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
 from click.decorators import FC
 from lavin.config import CONFIG_FILE_FLAG, StartupError, resolve_config
-from lavin.ctl.client import BadConfig, Session
+from lavin.ctl.client import EX_USAGE, BadConfig, Session
 
 
 # The group makes the session before its command's options are parsed.
@@ -38,14 +40,30 @@ def socket_path_of(ctx: click.Context, socket_option: Path | None, data_dir: Pat
         raise BadConfig(str(exc)) from None
 
 
+def _formatter(ctx: click.Context, _param: click.Parameter, chosen: str | None) -> None:
+    _json_output(ctx, _param, chosen == "json")
+
+
 vhost_option = click.option("-p", "--vhost", default="/", show_default=True, help="The vhost.")
-json_option = click.option(
+_json_flag = click.option(
     "--json",
     is_flag=True,
     expose_value=False,
     callback=_json_output,
     help="Print JSON for scripts, without the line that says what is done.",
 )
+_formatter_option = click.option(
+    "--formatter",
+    type=click.Choice(["table", "json"]),
+    expose_value=False,
+    callback=_formatter,
+    help="rabbitmqctl's name for the output: `json` is --json.",
+)
+
+
+def json_option(command: FC) -> FC:
+    """`--json`, or rabbitmqctl's `--formatter json`: a JSON document on stdout and nothing else."""
+    return _json_flag(_formatter_option(command))
 no_table_headers_option = click.option(
     "--no-table-headers", is_flag=True, expose_value=False, callback=_no_table_headers, help="Print the rows only."
 )
@@ -68,7 +86,31 @@ def config_file_option(help_text: str | None) -> Callable[[FC], FC]:
     )
 
 
-@click.group(name="ctl")
+class CtlGroup(click.Group):
+    """A group whose usage errors (an unknown command or option, a missing argument) exit
+    with rabbitmqctl's 64 rather than click's 2."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        with _usage_exit_code():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _usage_exit_code():
+            return super().invoke(ctx)
+
+
+@contextmanager
+def _usage_exit_code() -> Iterator[None]:
+    try:
+        yield
+    except click.UsageError as exc:
+        exc.exit_code = EX_USAGE
+        raise
+
+
+@click.group(name="ctl", cls=CtlGroup)
 @click.option(
     "--socket",
     "socket_option",

@@ -26,13 +26,15 @@ class ManagementPlane:
         *,
         certificates: TlsCertificates | None = None,
         amqp_connection: Callable[[], asyncio.Protocol] | None = None,
+        stop_broker: Callable[[], None] | None = None,
     ) -> None:
         """`certificates`: the HTTPS listener's, which the API reloads; `amqp_connection`
-        makes the AMQP connection a WebSocket on /ws/amqp carries."""
+        makes the AMQP connection a WebSocket on /ws/amqp carries; `stop_broker` is what
+        `lavin ctl stop` calls through the control socket."""
         self.broker = broker
         self.churn = ConnectionChurn()  # counted from now on, for the metrics
         self.churn.register(broker)
-        control_app = build_app(broker, trusted=True, certificates=certificates)
+        control_app = build_app(broker, trusted=True, certificates=certificates, stop_broker=stop_broker)
         self.control = ControlSocket(
             control_app, config.control_socket_path, configured=config.control_unix_path is not None
         )

@@ -20,6 +20,7 @@ from lavin.management.routes import (
     definitions,
     exchanges,
     health,
+    node_control,
     nodes,
     parameters,
     permissions,
@@ -41,6 +42,7 @@ ROUTE_MODULES: Final = (
     permissions,
     definitions,
     nodes,
+    node_control,
     connections,
     channels,
     health,
@@ -60,12 +62,14 @@ def build_app(
     trusted: bool,
     certificates: TlsCertificates | None = None,
     websocket_protocol_factory: Callable[[], asyncio.Protocol] | None = None,
+    stop_broker: Callable[[], None] | None = None,
 ) -> web.Application:
     """`trusted`: every request acts as an administrator (the control socket, which only
     the broker's own user can open); else HTTP Basic with the broker's users.
     `certificates`: what /api/tls/reload reloads.
     `websocket_protocol_factory`: serve AMQP over WebSocket at /ws/amqp, with the connections
-    it makes (outside HTTP Basic: AMQP logs in itself)."""
+    it makes (outside HTTP Basic: AMQP logs in itself).
+    `stop_broker`: what /api/stop calls (`lavin ctl stop`), for a broker run as `lavin serve`."""
     identify = trust_requests if trusted else authenticate_requests
     app = web.Application(middlewares=[json_errors, identify], client_max_size=MAX_BODY_SIZE)
     app[BROKER] = broker
@@ -73,6 +77,8 @@ def build_app(
         app.add_routes(module.routes)
     if certificates is not None:
         app[nodes.TLS_CERTIFICATES] = certificates
+    if stop_broker is not None:
+        app[node_control.STOP_BROKER] = stop_broker
     if websocket_protocol_factory is not None:
         add_amqp_websocket_route(
             app, AMQP_WEBSOCKET_PATH, websocket_protocol_factory, frame_max=broker.config.frame_max
