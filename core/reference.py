@@ -1,6 +1,7 @@
 """The docs' tables that are made from the code: every setting (docs/configuration.md, from
 `lavin.config.settings`) and every queue argument (docs/queue-semantics.md, from
-`lavin.broker.policy.queue_arguments`). Each sits between two markers in its page.
+`lavin.broker.policy.queue_arguments`) and every `lavin ctl` command (docs/cli.md, from
+the click commands of `lavin.ctl`). Each sits between two markers in its page.
 
 `python -m lavin.reference [REPOSITORY]` redraws every table in the repository's docs/ (the
 current directory by default); tests/test_generated_docs.py fails while a page and the code
@@ -17,6 +18,7 @@ from typing import Final
 
 from lavin.broker.policy.queue_arguments import markdown_table
 from lavin.config.reference import settings_table
+from lavin.ctl.reference import commands_table
 
 COMMAND: Final = "python -m lavin.reference"
 
@@ -47,6 +49,7 @@ class GeneratedTable:
 TABLES: Final = (
     GeneratedTable("settings", "docs/configuration.md", settings_table),
     GeneratedTable("queue-arguments", "docs/queue-semantics.md", markdown_table),
+    GeneratedTable("ctl-commands", "docs/cli.md", commands_table),
 )
 
 
