@@ -28,6 +28,7 @@ def test_the_page_shows_the_table_the_code_makes(table: GeneratedTable) -> None:
     [
         ("settings", "| `[amqp]` | `port` |", "| `[amqp]` | `prot` |"),
         ("queue-arguments", "| `x-message-ttl` |", "| `x-message-tll` |"),
+        ("ctl-commands", "| `reload_tls` |", "| `reload_tsl` |"),
     ],
 )
 def test_the_command_redraws_a_stale_table(tmp_path: Path, name: str, line: str, stale_line: str) -> None:

@@ -11,6 +11,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import click
@@ -159,10 +160,10 @@ def await_startup(s: Session, timeout: int) -> None:
     """Wait until the broker has started (its control socket answers), for at most --timeout seconds; 69 if not."""
     s.info(f"Waiting for the broker to start up, for up to {timeout} seconds ...")
     deadline = time.monotonic() + timeout
-    while True:
+    node = None
+    while node is None:
         try:
             node = _overview(s).get("node", "")
-            break
         except BrokerUnavailable as exc:
             if time.monotonic() >= deadline:
                 raise BrokerUnavailable(f"the broker did not start within {timeout} seconds: {exc.message}") from None
@@ -265,10 +266,15 @@ def stop(s: Session) -> None:
 
 
 def _process_runs(pid: int) -> bool:
+    """Whether the process is alive: not gone, and not a zombie its parent has yet to reap."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process: it exists
+        pass
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):  # no /proc: trust the signal
         return True
-    return True
+    return state != "Z"

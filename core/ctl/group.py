@@ -64,6 +64,8 @@ _formatter_option = click.option(
 def json_option(command: FC) -> FC:
     """`--json`, or rabbitmqctl's `--formatter json`: a JSON document on stdout and nothing else."""
     return _json_flag(_formatter_option(command))
+
+
 no_table_headers_option = click.option(
     "--no-table-headers", is_flag=True, expose_value=False, callback=_no_table_headers, help="Print the rows only."
 )
@@ -106,8 +108,11 @@ def _usage_exit_code() -> Iterator[None]:
     try:
         yield
     except click.UsageError as exc:
-        exc.exit_code = EX_USAGE
-        raise
+        raise CtlUsageError(exc.message, exc.ctx) from None
+
+
+class CtlUsageError(click.UsageError):
+    exit_code = EX_USAGE
 
 
 @click.group(name="ctl", cls=CtlGroup)

@@ -17,7 +17,7 @@ def _json_value(text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError:
-        raise CtlError(f"the value must be JSON, such as '{{\"uri\": \"amqp://\"}}', not {text}") from None
+        raise CtlError(f'the value must be JSON, such as \'{{"uri": "amqp://"}}\', not {text}') from None
 
 
 @ctl.command("set_parameter")
@@ -64,7 +64,8 @@ def list_parameters(s: Session, vhost: str) -> None:
 def set_global_parameter(s: Session, name: str, value: str) -> None:
     """Set the global runtime parameter NAME to a JSON VALUE."""
     s.info(f'Setting global runtime parameter "{name}" to "{value}" ...')
-    s.client.expect(s.client.request("PUT", path("global-parameters", name), {"name": name, "value": _json_value(value)}))
+    body = {"name": name, "value": _json_value(value)}
+    s.client.expect(s.client.request("PUT", path("global-parameters", name), body))
 
 
 @ctl.command("clear_global_parameter")

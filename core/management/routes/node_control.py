@@ -23,7 +23,7 @@ from lavin.management.http.replies import broker_of, done, error_response, reply
 from lavin.management.http.requester import NotAuthorised, requester
 from lavin.management.recent_log import KEPT_LINES, RECENT_LOG
 
-STOP_BROKER: Final = web.AppKey("stop_broker", Callable[[], None])
+STOP_BROKER: Final[web.AppKey[Callable[[], None]]] = web.AppKey("stop_broker")
 SECRET_WORDS: Final = ("password", "secret")
 MASK: Final = "********"
 DEFAULT_TAIL_LINES: Final = 50
