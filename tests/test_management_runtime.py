@@ -13,6 +13,7 @@ from urllib.parse import quote
 import pika
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 from broker_process import BrokerProcess, free_port, stop_quietly
 from control_helpers import ctl_ok
 from helpers import process_until, round_trip, unique_name
@@ -455,3 +456,40 @@ def test_unknown_names_are_404(broker: BrokerProcess, path: str) -> None:
     response = call(broker, "GET", path)
     assert response.status_code == 404
     assert response.json() == {"error": "Object Not Found", "reason": "Not Found"}
+
+
+def test_gets_through_the_api_are_counted_as_rabbitmq_counts_them(broker: BrokerProcess) -> None:
+    """Two gets with requeue: two gets with ack, the second of a redelivered message; a get
+    with ack_requeue_false is a get without ack. The vhost counts them too."""
+    queue = unique_name("api-get")
+    with connect(broker, unique_name("api-get")) as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue, auto_delete=False)
+        channel.basic_publish("", queue, b"m")
+        round_trip(channel)
+    vhost_before = get_json(broker, "/api/vhosts/%2F")["message_stats"]
+    path = f"/api/queues/%2F/{queue}/get"
+    for ack_mode in ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false"):
+        body = {"count": 1, "ackmode": ack_mode, "encoding": "auto"}
+        response = requests.post(f"{broker.http_url}{path}", json=body, auth=GUEST, timeout=10)
+        assert response.status_code == 200 and len(response.json()) == 1, response.text
+    stats = get_json(broker, f"/api/queues/%2F/{queue}")["message_stats"]
+    assert (stats["get"], stats["get_no_ack"], stats["redeliver"], stats["deliver_get"]) == (2, 1, 2, 3)
+    vhost_after = get_json(broker, "/api/vhosts/%2F")["message_stats"]
+    grown = {key: vhost_after[key] - vhost_before.get(key, 0) for key in ("get", "get_no_ack", "redeliver")}
+    assert grown == {"get": 2, "get_no_ack": 1, "redeliver": 2}
+    detailed = requests.get(
+        f"http://127.0.0.1:{broker.metrics_port}/metrics/detailed",
+        params={"family": "queue_delivery_metrics", "vhost": "/", "queue": f"^{queue}$"},
+        timeout=10,
+    ).text
+    assert "rabbitmq_detailed_queue_get_ack_total{" in detailed
+    counted = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(detailed)
+        for sample in family.samples
+        if sample.labels.get("queue") == queue
+    }
+    assert counted["rabbitmq_detailed_queue_get_ack_total"] == 2
+    assert counted["rabbitmq_detailed_queue_get_total"] == 1
+    call(broker, "DELETE", f"/api/queues/%2F/{queue}")
