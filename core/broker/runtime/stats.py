@@ -153,6 +153,7 @@ class MessageStats:
         self._started_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+        self.loop_lag_ms = 0.0  # the event loop's lag at the last sample
 
     # ---- what the protocol layer reports ------------------------------------------------
 
@@ -218,7 +219,10 @@ class MessageStats:
 
     async def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         while True:
+            due = loop.time() + self.interval
             await asyncio.sleep(self.interval)
+            # How late the timer fired: what a callback waits behind others on a busy loop.
+            self.loop_lag_ms = max(0.0, (loop.time() - due) * 1000)
             try:
                 self.sample(loop.time())
             except Exception:  # a bug in the statistics must not stop the broker's
