@@ -13,10 +13,10 @@ from urllib.parse import quote
 import pika
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 from broker_process import BrokerProcess, free_port, stop_quietly
 from control_helpers import ctl_ok
 from helpers import process_until, round_trip, unique_name
+from prometheus_client.parser import text_string_to_metric_families
 
 GUEST = ("guest", "guest")
 MANAGER = ("manager", "pw")  # tag management, permissions on /
@@ -493,3 +493,65 @@ def test_gets_through_the_api_are_counted_as_rabbitmq_counts_them(broker: Broker
     assert counted["rabbitmq_detailed_queue_get_ack_total"] == 2
     assert counted["rabbitmq_detailed_queue_get_total"] == 1
     call(broker, "DELETE", f"/api/queues/%2F/{queue}")
+
+
+# ---- sample histories (RabbitMQ's lengths_age / msg_rates_age) ----------------------------
+
+RANGES = {"lengths_age": "60", "lengths_incr": "1", "msg_rates_age": "60", "msg_rates_incr": "1"}
+
+
+def samples_of(details: dict[str, Any]) -> list[int]:
+    """The values of a `*_details` history, newest first, after checking its shape."""
+    samples = details["samples"]
+    stamps = [sample["timestamp"] for sample in samples]
+    assert stamps == sorted(stamps, reverse=True) and all(stamp % 1000 == 0 for stamp in stamps), stamps
+    return [sample["sample"] for sample in samples]
+
+
+def test_sample_histories_as_rabbitmqs_charts_ask_for_them(broker: BrokerProcess) -> None:
+    queue, exchange = unique_name("history-q"), unique_name("history-x")
+    with connect(broker, unique_name("history")) as connection:
+        channel = connection.channel()
+        channel.exchange_declare(exchange, "fanout", auto_delete=True)
+        channel.queue_declare(queue, auto_delete=True)
+        channel.queue_bind(queue, exchange)
+        for _round in range(3):  # three steps more than a second apart: three different samples
+            for _ in range(2):
+                channel.basic_publish(exchange, "", b"m")
+            round_trip(channel)
+            time.sleep(1.6)  # more than the 1 s step, with room for a late sampler
+        ranged = requests.get(f"{broker.http_url}/api/queues/%2F/{queue}", params=RANGES, auth=GUEST, timeout=10)
+        assert ranged.status_code == 200, ranged.text
+        data = ranged.json()
+        published = samples_of(data["message_stats"]["publish_details"])
+        assert published[0] == 6 and 2 in published and 4 in published, published
+        assert published == sorted(published, reverse=True)
+        assert data["message_stats"]["publish_details"]["avg_rate"] > 0
+        assert data["message_stats"]["publish_details"]["avg"] == sum(published) / len(published)
+        assert samples_of(data["messages_ready_details"])[0] == 6
+        assert "samples" in data["message_stats"]["deliver_get_details"]
+        exchange_data = get_json(broker, f"/api/exchanges/%2F/{exchange}?msg_rates_age=60&msg_rates_incr=1")
+        assert samples_of(exchange_data["message_stats"]["publish_in_details"])[0] == 6
+        overview = get_json(broker, "/api/overview?" + "&".join(f"{k}={v}" for k, v in RANGES.items()))
+        assert samples_of(overview["message_stats"]["publish_details"])[0] >= 6
+        assert samples_of(overview["queue_totals"]["messages_ready_details"])[0] >= 6
+        vhost = get_json(broker, "/api/vhosts/%2F?msg_rates_age=60&msg_rates_incr=1")
+        assert samples_of(vhost["message_stats"]["publish_details"])[0] >= 6
+        plain = get_json(broker, f"/api/queues/%2F/{queue}")
+        assert plain["message_stats"]["publish_details"].keys() == {"rate"}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "lengths_age=60",
+        "msg_rates_incr=5",
+        "lengths_age=x&lengths_incr=5",
+        "lengths_age=60&lengths_incr=0",
+        "msg_rates_age=100000&msg_rates_incr=1",
+    ],
+)
+def test_a_bad_sample_range_is_a_400(broker: BrokerProcess, query: str) -> None:
+    response = call(broker, "GET", f"/api/overview?{query}")
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "bad_request"

@@ -3,8 +3,11 @@
 Channels, queues, exchanges and connections carry plain integer counters that the hot
 path only increments. Every `interval` seconds the sampler reads them all and keeps, per
 object, the counts of that sample and the rates since the one before; nothing is timed or
-allocated per message. A closed channel's counts are added to its vhost's retired totals,
-so vhost and broker totals never go backwards.
+allocated per message. For RabbitMQ's sample histories (`msg_rates_age`, `lengths_age`)
+it also keeps each object's last HISTORY_SAMPLES changes: an object that stopped changing
+holds one entry, a busy one at most HISTORY_SAMPLES, and a deleted one none. A closed
+channel's counts are added to its vhost's retired totals, so vhost and broker totals never
+go backwards.
 
 The sampler knows no broker, vhost or queue class: it reads the broker's connections and
 vhosts through the ports below (`ObservedConnection`, `ObservedVHost`), handed in.
@@ -15,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -39,6 +44,9 @@ CHANNEL_KEYS = (
     "redeliver",
     "ack",
 )
+# Changes kept per object: ten minutes at the default interval of 5 s, as RabbitMQ's
+# `basic` retention policy keeps.
+HISTORY_SAMPLES = 120
 OVERALL = "overall"  # the sampler's key for the broker's totals
 QUEUE_TOTALS = "queue_totals"  # ... and for the message counts of every queue together
 
@@ -46,6 +54,20 @@ QUEUE_TOTALS = "queue_totals"  # ... and for the message counts of every queue t
 def vhost_key(name: str) -> tuple[str, str]:
     """The sampler's key for a vhost's totals."""
     return ("vhost", name)
+
+
+def lengths_key(queue: object) -> tuple[str, object]:
+    """The sampler's key for a queue's lengths (its counters are keyed by the queue)."""
+    return ("lengths", queue)
+
+
+def queue_lengths(ready: int, unacked: int) -> Counts:
+    """A queue's lengths under RabbitMQ's names."""
+    return {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+
+
+# What an object counted at a wall-clock time (ms since the epoch).
+Sample = tuple[int, Counts]
 
 
 @dataclass
@@ -124,6 +146,10 @@ class CountedQueue(CountedObject, Protocol):
     def message_count(self) -> int:
         """Messages ready in it."""
 
+    @property
+    def unacked(self) -> int:
+        """Messages delivered from it and not yet acknowledged."""
+
 
 class ObservedVHost(Protocol):
     """A vhost as the sampler reads it: its queues and exchanges by name (`VHost`)."""
@@ -149,6 +175,7 @@ class MessageStats:
         self.retired: dict[str, Counts] = {}  # vhost name -> counts of its closed channels
         # The counts of each object at the last sample, and its rates then (None: all 0).
         self._samples: dict[object, tuple[Counts, Rates | None]] = {}
+        self._history: dict[object, deque[Sample]] = {}
         self._sampled_at = 0.0
         self._started_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -170,6 +197,10 @@ class MessageStats:
         sample = self._samples.get(key)
         rates = sample[1] if sample is not None else None
         return {name: rates.get(name, 0.0) if rates is not None else 0.0 for name in counts}
+
+    def history(self, key: object) -> Iterable[Sample]:
+        """The counts of `key` at its kept changes, oldest first."""
+        return self._history.get(key, ())
 
     def snapshots(self) -> list[ConnectionSnapshot]:
         """Every open connection (handshake done), as it is now."""
@@ -197,7 +228,7 @@ class MessageStats:
         queues = (queue for name in vhosts for queue in self._vhosts[name].queues.values())
         ready = sum(queue.message_count for queue in queues)
         unacked = sum(channel.messages_unacknowledged for channel in _channels(snapshots, None))
-        return {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+        return queue_lengths(ready, unacked)
 
     # ---- sampling -----------------------------------------------------------------------
 
@@ -233,18 +264,23 @@ class MessageStats:
         that never counted anything are not kept (many idle queues cost no memory here)."""
         elapsed = max(now - self._sampled_at, 1e-3)
         self._sampled_at = now
-        previous = self._samples
+        wall_ms = int(time.time() * 1000)
+        previous, previous_history = self._samples, self._history
         samples: dict[object, tuple[Counts, Rates | None]] = {}
+        history: dict[object, deque[Sample]] = {}
         for key, counts in self._every_count():
             before = previous.get(key)
             if before is None and not any(counts.values()):
                 continue
             old = before[0] if before is not None else {}
             rates = None
+            changes = previous_history.get(key) or deque(maxlen=HISTORY_SAMPLES)
             if counts != old:
                 rates = {name: (value - old.get(name, 0)) / elapsed for name, value in counts.items()}
+                changes.append((wall_ms, counts))
             samples[key] = (counts, rates)
-        self._samples = samples
+            history[key] = changes
+        self._samples, self._history = samples, history
 
     def _every_count(self) -> Iterator[tuple[object, Counts]]:
         snapshots = self.snapshots()
@@ -256,6 +292,7 @@ class MessageStats:
             yield vhost_key(name), self.vhost_counts(name, snapshots)
             for queue in vhost.queues.values():
                 yield queue, queue.message_counts()
+                yield lengths_key(queue), queue_lengths(queue.message_count, queue.unacked)
             for exchange in vhost.exchanges.values():
                 yield exchange, exchange.message_counts()
         yield OVERALL, self.overall_counts(snapshots)

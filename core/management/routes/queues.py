@@ -25,6 +25,7 @@ from lavin.broker.broker import Broker
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_consumer import start_offset, with_offset_header
 from lavin.broker.queues.stream_queue import StreamQueue
+from lavin.broker.runtime.stats import lengths_key
 from lavin.broker.vhost import VHost, check_queue_name
 from lavin.management.http.listing import list_reply
 from lavin.management.http.object_access import (
@@ -38,6 +39,7 @@ from lavin.management.http.object_access import (
 from lavin.management.http.replies import ObjectNotFound, broker_of, done, error_response, json_body, reply
 from lavin.management.shapes import objects as shapes
 from lavin.management.shapes.access import BadRequest
+from lavin.management.shapes.history import Histories
 
 routes = web.RouteTableDef()
 
@@ -89,8 +91,11 @@ async def list_vhost_queues(request: web.Request) -> web.Response:
 async def get_queue(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
     queue = _queue(vhost, request.match_info["queue"])
+    histories = Histories.asked(request.query, broker_of(request).stats)
     data = shapes.queue_json(vhost, queue, _node(request))
     data["consumer_details"] = shapes.consumer_details(queue)
+    histories.add_msg_rates(data["message_stats"], queue)
+    histories.add_lengths(data, lengths_key(queue))
     return reply(data)
 
 
