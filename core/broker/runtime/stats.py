@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
+from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -56,11 +56,6 @@ def vhost_key(name: str) -> tuple[str, str]:
     return ("vhost", name)
 
 
-def lengths_key(queue: object) -> tuple[str, object]:
-    """The sampler's key for a queue's lengths (its counters are keyed by the queue)."""
-    return ("lengths", queue)
-
-
 def queue_lengths(ready: int, unacked: int) -> Counts:
     """A queue's lengths under RabbitMQ's names."""
     return {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
@@ -68,6 +63,29 @@ def queue_lengths(ready: int, unacked: int) -> Counts:
 
 # What an object counted at a wall-clock time (ms since the epoch).
 Sample = tuple[int, Counts]
+
+
+class History:
+    """One object's last HISTORY_SAMPLES changes, packed as 64-bit integers (the time, then
+    each count in `names` order): 8 bytes a value, where a dict of them takes hundreds."""
+
+    __slots__ = ("_names", "_rows")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+        self._rows = array("q")
+
+    def append(self, at_ms: int, counts: Counts) -> None:
+        rows, width = self._rows, len(self._names) + 1
+        rows.append(at_ms)
+        rows.extend(counts.get(name, 0) for name in self._names)
+        if len(rows) > HISTORY_SAMPLES * width:
+            del rows[:width]
+
+    def __iter__(self) -> Iterator[Sample]:
+        rows, width = self._rows, len(self._names) + 1
+        for start in range(0, len(rows), width):
+            yield rows[start], dict(zip(self._names, rows[start + 1 : start + width], strict=True))
 
 
 @dataclass
@@ -174,8 +192,9 @@ class MessageStats:
         self._vhosts = vhosts
         self.retired: dict[str, Counts] = {}  # vhost name -> counts of its closed channels
         # The counts of each object at the last sample, and its rates then (None: all 0).
-        self._samples: dict[object, tuple[Counts, Rates | None]] = {}
-        self._history: dict[object, deque[Sample]] = {}
+        # The counts of each object at the last sample, its rates then (None: all 0) and
+        # its history (None: no change yet).
+        self._samples: dict[object, tuple[Counts, Rates | None, History | None]] = {}
         self._sampled_at = 0.0
         self._started_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -200,7 +219,8 @@ class MessageStats:
 
     def history(self, key: object) -> Iterable[Sample]:
         """The counts of `key` at its kept changes, oldest first."""
-        return self._history.get(key, ())
+        sample = self._samples.get(key)
+        return sample[2] or () if sample is not None else ()
 
     def snapshots(self) -> list[ConnectionSnapshot]:
         """Every open connection (handshake done), as it is now."""
@@ -265,22 +285,22 @@ class MessageStats:
         elapsed = max(now - self._sampled_at, 1e-3)
         self._sampled_at = now
         wall_ms = int(time.time() * 1000)
-        previous, previous_history = self._samples, self._history
-        samples: dict[object, tuple[Counts, Rates | None]] = {}
-        history: dict[object, deque[Sample]] = {}
+        previous = self._samples
+        samples: dict[object, tuple[Counts, Rates | None, History | None]] = {}
         for key, counts in self._every_count():
             before = previous.get(key)
-            if before is None and not any(counts.values()):
-                continue
-            old = before[0] if before is not None else {}
+            if before is None:
+                if not any(counts.values()):
+                    continue
+                before = ({}, None, None)
+            old, _, history = before
             rates = None
-            changes = previous_history.get(key) or deque(maxlen=HISTORY_SAMPLES)
             if counts != old:
                 rates = {name: (value - old.get(name, 0)) / elapsed for name, value in counts.items()}
-                changes.append((wall_ms, counts))
-            samples[key] = (counts, rates)
-            history[key] = changes
-        self._samples, self._history = samples, history
+                history = history or History(tuple(counts))
+                history.append(wall_ms, counts)
+            samples[key] = (counts, rates, history)
+        self._samples = samples
 
     def _every_count(self) -> Iterator[tuple[object, Counts]]:
         snapshots = self.snapshots()
@@ -291,8 +311,12 @@ class MessageStats:
         for name, vhost in self._vhosts.items():
             yield vhost_key(name), self.vhost_counts(name, snapshots)
             for queue in vhost.queues.values():
-                yield queue, queue.message_counts()
-                yield lengths_key(queue), queue_lengths(queue.message_count, queue.unacked)
+                # Its lengths with its counters: one entry for both, told apart by name.
+                counts = queue.message_counts()
+                ready, unacked = queue.message_count, queue.unacked
+                counts["messages"], counts["messages_ready"] = ready + unacked, ready
+                counts["messages_unacknowledged"] = unacked
+                yield queue, counts
             for exchange in vhost.exchanges.values():
                 yield exchange, exchange.message_counts()
         yield OVERALL, self.overall_counts(snapshots)

@@ -25,7 +25,6 @@ from lavin.broker.broker import Broker
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_consumer import start_offset, with_offset_header
 from lavin.broker.queues.stream_queue import StreamQueue
-from lavin.broker.runtime.stats import lengths_key
 from lavin.broker.vhost import VHost, check_queue_name
 from lavin.management.http.listing import list_reply
 from lavin.management.http.object_access import (
@@ -95,7 +94,7 @@ async def get_queue(request: web.Request) -> web.Response:
     data = shapes.queue_json(vhost, queue, _node(request))
     data["consumer_details"] = shapes.consumer_details(queue)
     histories.add_msg_rates(data["message_stats"], queue)
-    histories.add_lengths(data, lengths_key(queue))
+    histories.add_lengths(data, queue)
     return reply(data)
 
 

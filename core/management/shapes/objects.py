@@ -26,7 +26,7 @@ from lavin.broker.policy.policies import exchange_policy_fields, policy_fields
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.broker.routing.exchange import Exchange
-from lavin.broker.runtime.stats import lengths_key, queue_lengths
+from lavin.broker.runtime.stats import queue_lengths
 from lavin.broker.vhost import VHost
 from lavin.management.shapes.access import BadRequest, required
 from lavin.management.shapes.message_stats import object_message_stats, with_rates
@@ -87,7 +87,7 @@ def queue_json(vhost: VHost, queue: Queue, node: str) -> dict[str, Any]:
         "consumer_utilisation": 1.0 if consumers else None,
         "exclusive_consumer_tag": exclusive_tag,
         "single_active_consumer_tag": consumers[0].tag if single_active and consumers else None,
-        **with_rates(lengths, stats.rates(lengths_key(queue), lengths)),
+        **with_rates(lengths, stats.rates(queue, lengths)),
         "message_bytes": ready_bytes,
         "message_bytes_ready": ready_bytes,
         "memory": 0,
