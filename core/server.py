@@ -62,6 +62,17 @@ def load_plugins(config: Config) -> Registry:
     return registry
 
 
+def plugins_summary(registry: Registry) -> str:
+    """What runs, in a sentence: the built-in plugins are always there, the others only
+    when enabled (a bare "0 plugins started" read as if nothing ran)."""
+    built_in = sum(plugin.state == "built-in" for plugin in registry.loaded)
+    enabled = [plugin.name for plugin in registry.loaded if plugin.state == "enabled"]
+    loaded = f"{built_in} built-in plugins loaded"
+    if not enabled:
+        return f"{loaded}, no optional plugin enabled (see `lavin plugins`)"
+    return f"{loaded}; enabled: {', '.join(enabled)}"
+
+
 def raise_open_file_limit() -> None:
     """Every connection and every queue holding messages needs file descriptors: take all
     the system allows this process, as brokers usually do."""
@@ -240,9 +251,7 @@ async def start_broker(
     if metrics is not None and metrics.port is not None:  # RabbitMQ's name for the prometheus listener
         broker.listeners.append(("http/prometheus", metrics.bind, metrics.port))
     registry.hooks.lavin_startup(broker=broker)
-    enabled = [plugin.name for plugin in registry.loaded if plugin.state == "enabled"]
-    names = ": " + ", ".join(enabled) if enabled else ""
-    log.info("Server startup complete; %d plugins started%s", len(enabled), names)
+    log.info("Server startup complete; %s", plugins_summary(registry))
     return RunningBroker(broker, listeners, registry, management, certificates)
 
 

@@ -16,6 +16,7 @@ import requests
 from broker_process import BrokerProcess, free_port, stop_quietly
 from control_helpers import ctl_ok
 from helpers import process_until, round_trip, unique_name
+from prometheus_client.parser import text_string_to_metric_families
 
 GUEST = ("guest", "guest")
 MANAGER = ("manager", "pw")  # tag management, permissions on /
@@ -455,3 +456,102 @@ def test_unknown_names_are_404(broker: BrokerProcess, path: str) -> None:
     response = call(broker, "GET", path)
     assert response.status_code == 404
     assert response.json() == {"error": "Object Not Found", "reason": "Not Found"}
+
+
+def test_gets_through_the_api_are_counted_as_rabbitmq_counts_them(broker: BrokerProcess) -> None:
+    """Two gets with requeue: two gets with ack, the second of a redelivered message; a get
+    with ack_requeue_false is a get without ack. The vhost counts them too."""
+    queue = unique_name("api-get")
+    with connect(broker, unique_name("api-get")) as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue, auto_delete=False)
+        channel.basic_publish("", queue, b"m")
+        round_trip(channel)
+    vhost_before = get_json(broker, "/api/vhosts/%2F")["message_stats"]
+    path = f"/api/queues/%2F/{queue}/get"
+    for ack_mode in ("ack_requeue_true", "reject_requeue_true", "ack_requeue_false"):
+        body = {"count": 1, "ackmode": ack_mode, "encoding": "auto"}
+        response = requests.post(f"{broker.http_url}{path}", json=body, auth=GUEST, timeout=10)
+        assert response.status_code == 200 and len(response.json()) == 1, response.text
+    stats = get_json(broker, f"/api/queues/%2F/{queue}")["message_stats"]
+    assert (stats["get"], stats["get_no_ack"], stats["redeliver"], stats["deliver_get"]) == (2, 1, 2, 3)
+    vhost_after = get_json(broker, "/api/vhosts/%2F")["message_stats"]
+    grown = {key: vhost_after[key] - vhost_before.get(key, 0) for key in ("get", "get_no_ack", "redeliver")}
+    assert grown == {"get": 2, "get_no_ack": 1, "redeliver": 2}
+    detailed = requests.get(
+        f"http://127.0.0.1:{broker.metrics_port}/metrics/detailed",
+        params={"family": "queue_delivery_metrics", "vhost": "/", "queue": f"^{queue}$"},
+        timeout=10,
+    ).text
+    assert "rabbitmq_detailed_queue_get_ack_total{" in detailed
+    counted = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(detailed)
+        for sample in family.samples
+        if sample.labels.get("queue") == queue
+    }
+    assert counted["rabbitmq_detailed_queue_get_ack_total"] == 2
+    assert counted["rabbitmq_detailed_queue_get_total"] == 1
+    call(broker, "DELETE", f"/api/queues/%2F/{queue}")
+
+
+# ---- sample histories (RabbitMQ's lengths_age / msg_rates_age) ----------------------------
+
+RANGES = {"lengths_age": "60", "lengths_incr": "1", "msg_rates_age": "60", "msg_rates_incr": "1"}
+
+
+def samples_of(details: dict[str, Any]) -> list[int]:
+    """The values of a `*_details` history, newest first, after checking its shape."""
+    samples = details["samples"]
+    stamps = [sample["timestamp"] for sample in samples]
+    assert stamps == sorted(stamps, reverse=True) and all(stamp % 1000 == 0 for stamp in stamps), stamps
+    return [sample["sample"] for sample in samples]
+
+
+def test_sample_histories_as_rabbitmqs_charts_ask_for_them(broker: BrokerProcess) -> None:
+    queue, exchange = unique_name("history-q"), unique_name("history-x")
+    with connect(broker, unique_name("history")) as connection:
+        channel = connection.channel()
+        channel.exchange_declare(exchange, "fanout", auto_delete=True)
+        channel.queue_declare(queue, auto_delete=True)
+        channel.queue_bind(queue, exchange)
+        for _round in range(3):  # three steps more than a second apart: three different samples
+            for _ in range(2):
+                channel.basic_publish(exchange, "", b"m")
+            round_trip(channel)
+            time.sleep(1.6)  # more than the 1 s step, with room for a late sampler
+        ranged = requests.get(f"{broker.http_url}/api/queues/%2F/{queue}", params=RANGES, auth=GUEST, timeout=10)
+        assert ranged.status_code == 200, ranged.text
+        data = ranged.json()
+        published = samples_of(data["message_stats"]["publish_details"])
+        assert published[0] == 6 and 2 in published and 4 in published, published
+        assert published == sorted(published, reverse=True)
+        assert data["message_stats"]["publish_details"]["avg_rate"] > 0
+        assert data["message_stats"]["publish_details"]["avg"] == sum(published) / len(published)
+        assert samples_of(data["messages_ready_details"])[0] == 6
+        assert "samples" in data["message_stats"]["deliver_get_details"]
+        exchange_data = get_json(broker, f"/api/exchanges/%2F/{exchange}?msg_rates_age=60&msg_rates_incr=1")
+        assert samples_of(exchange_data["message_stats"]["publish_in_details"])[0] == 6
+        overview = get_json(broker, "/api/overview?" + "&".join(f"{k}={v}" for k, v in RANGES.items()))
+        assert samples_of(overview["message_stats"]["publish_details"])[0] >= 6
+        assert samples_of(overview["queue_totals"]["messages_ready_details"])[0] >= 6
+        vhost = get_json(broker, "/api/vhosts/%2F?msg_rates_age=60&msg_rates_incr=1")
+        assert samples_of(vhost["message_stats"]["publish_details"])[0] >= 6
+        plain = get_json(broker, f"/api/queues/%2F/{queue}")
+        assert plain["message_stats"]["publish_details"].keys() == {"rate"}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "lengths_age=60",
+        "msg_rates_incr=5",
+        "lengths_age=x&lengths_incr=5",
+        "lengths_age=60&lengths_incr=0",
+        "msg_rates_age=100000&msg_rates_incr=1",
+    ],
+)
+def test_a_bad_sample_range_is_a_400(broker: BrokerProcess, query: str) -> None:
+    response = call(broker, "GET", f"/api/overview?{query}")
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "bad_request"

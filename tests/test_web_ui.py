@@ -242,9 +242,39 @@ def test_definitions_download_and_upload(page: Page, ui_broker: BrokerProcess, t
 
 
 @needs_browser
+def test_the_overview_shows_the_node_vitals(page: Page, ui_broker: BrokerProcess) -> None:
+    log_in(page, ui_broker)
+    vitals = page.locator("section", has_text="Node vitals")
+    for name in ("memory", "disk", "fd", "sockets", "uptime", "lag"):
+        expect(vitals.locator(f"[data-vital={name}]")).to_be_visible()
+    expect(vitals.locator("[data-vital=memory]")).to_contain_text("high watermark")
+    expect(vitals.locator("[data-vital=lag]")).to_contain_text(" ms")
+    expect(vitals.locator(".alarm")).to_have_count(0)
+
+
+@needs_browser
+def test_a_disk_alarm_turns_the_disk_vital_red(page: Page, tmp_path: Path) -> None:
+    """A free-disk limit no disk has: the alarm is on from start-up."""
+    ini = tmp_path / "lavin.ini"
+    ini.write_text("[main]\ndisk_free_limit.absolute = 999999TB\n")
+    alarmed = BrokerProcess(tmp_path / "data", extra_args=["--config", str(ini)])
+    alarmed.start()
+    try:
+        assert api_get(alarmed, "/api/nodes")[0]["disk_free_alarm"] is True
+        log_in(page, alarmed)
+        disk = page.locator("[data-vital=disk]")
+        expect(disk).to_have_class("vital alarm")
+        expect(disk).to_contain_text("(alarm)")
+        expect(disk.locator("strong")).to_have_css("color", "rgb(180, 35, 24)")  # style.css's --danger
+        expect(page.locator("[data-vital=memory]")).to_have_class("vital")
+    finally:
+        stop_quietly(alarmed)
+
+
+@needs_browser
 def test_a_wrong_password_shows_an_error(page: Page, ui_broker: BrokerProcess) -> None:
     log_in(page, ui_broker, password="wrong")
-    expect(page.get_by_role("alert")).to_have_text("Login failed: Not_Authorized")
+    expect(page.get_by_role("alert")).to_have_text("Login failed: the username or password is not right.")
     expect(page.locator("#nav")).to_be_hidden()
     assert page.evaluate("sessionStorage.length") == 0
 
@@ -392,6 +422,7 @@ def test_screenshots_for_the_docs(browser: Browser, ui_broker: BrokerProcess) ->
     try:
         page.wait_for_timeout(60_000)  # twelve samples for the charts
         shoot("overview")
+        shoot("overview-vitals", clip={"x": 0, "y": 0, "width": 1280, "height": 420})
         page.goto(f"{ui_broker.http_url}/#/queues")
         page.locator("form", has_text="Add a new queue").locator("input[name=name]").fill("payments")
         page.wait_for_timeout(5_500)

@@ -3,8 +3,11 @@
 Channels, queues, exchanges and connections carry plain integer counters that the hot
 path only increments. Every `interval` seconds the sampler reads them all and keeps, per
 object, the counts of that sample and the rates since the one before; nothing is timed or
-allocated per message. A closed channel's counts are added to its vhost's retired totals,
-so vhost and broker totals never go backwards.
+allocated per message. For RabbitMQ's sample histories (`msg_rates_age`, `lengths_age`)
+it also keeps each object's last HISTORY_SAMPLES changes: an object that stopped changing
+holds one entry, a busy one at most HISTORY_SAMPLES, and a deleted one none. A closed
+channel's counts are added to its vhost's retired totals, so vhost and broker totals never
+go backwards.
 
 The sampler knows no broker, vhost or queue class: it reads the broker's connections and
 vhosts through the ports below (`ObservedConnection`, `ObservedVHost`), handed in.
@@ -15,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from array import array
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -39,6 +44,9 @@ CHANNEL_KEYS = (
     "redeliver",
     "ack",
 )
+# Changes kept per object: ten minutes at the default interval of 5 s, as RabbitMQ's
+# `basic` retention policy keeps.
+HISTORY_SAMPLES = 120
 OVERALL = "overall"  # the sampler's key for the broker's totals
 QUEUE_TOTALS = "queue_totals"  # ... and for the message counts of every queue together
 
@@ -46,6 +54,38 @@ QUEUE_TOTALS = "queue_totals"  # ... and for the message counts of every queue t
 def vhost_key(name: str) -> tuple[str, str]:
     """The sampler's key for a vhost's totals."""
     return ("vhost", name)
+
+
+def queue_lengths(ready: int, unacked: int) -> Counts:
+    """A queue's lengths under RabbitMQ's names."""
+    return {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+
+
+# What an object counted at a wall-clock time (ms since the epoch).
+Sample = tuple[int, Counts]
+
+
+class History:
+    """One object's last HISTORY_SAMPLES changes, packed as 64-bit integers (the time, then
+    each count in `names` order): 8 bytes a value, where a dict of them takes hundreds."""
+
+    __slots__ = ("_names", "_rows")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+        self._rows = array("q")
+
+    def append(self, at_ms: int, counts: Counts) -> None:
+        rows, width = self._rows, len(self._names) + 1
+        rows.append(at_ms)
+        rows.extend(counts.get(name, 0) for name in self._names)
+        if len(rows) > HISTORY_SAMPLES * width:
+            del rows[:width]
+
+    def __iter__(self) -> Iterator[Sample]:
+        rows, width = self._rows, len(self._names) + 1
+        for start in range(0, len(rows), width):
+            yield rows[start], dict(zip(self._names, rows[start + 1 : start + width], strict=True))
 
 
 @dataclass
@@ -124,6 +164,10 @@ class CountedQueue(CountedObject, Protocol):
     def message_count(self) -> int:
         """Messages ready in it."""
 
+    @property
+    def unacked(self) -> int:
+        """Messages delivered from it and not yet acknowledged."""
+
 
 class ObservedVHost(Protocol):
     """A vhost as the sampler reads it: its queues and exchanges by name (`VHost`)."""
@@ -148,11 +192,14 @@ class MessageStats:
         self._vhosts = vhosts
         self.retired: dict[str, Counts] = {}  # vhost name -> counts of its closed channels
         # The counts of each object at the last sample, and its rates then (None: all 0).
-        self._samples: dict[object, tuple[Counts, Rates | None]] = {}
+        # The counts of each object at the last sample, its rates then (None: all 0) and
+        # its history (None: no change yet).
+        self._samples: dict[object, tuple[Counts, Rates | None, History | None]] = {}
         self._sampled_at = 0.0
         self._started_at = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+        self.loop_lag_ms = 0.0  # the event loop's lag at the last sample
 
     # ---- what the protocol layer reports ------------------------------------------------
 
@@ -169,6 +216,11 @@ class MessageStats:
         sample = self._samples.get(key)
         rates = sample[1] if sample is not None else None
         return {name: rates.get(name, 0.0) if rates is not None else 0.0 for name in counts}
+
+    def history(self, key: object) -> Iterable[Sample]:
+        """The counts of `key` at its kept changes, oldest first."""
+        sample = self._samples.get(key)
+        return sample[2] or () if sample is not None else ()
 
     def snapshots(self) -> list[ConnectionSnapshot]:
         """Every open connection (handshake done), as it is now."""
@@ -196,7 +248,7 @@ class MessageStats:
         queues = (queue for name in vhosts for queue in self._vhosts[name].queues.values())
         ready = sum(queue.message_count for queue in queues)
         unacked = sum(channel.messages_unacknowledged for channel in _channels(snapshots, None))
-        return {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+        return queue_lengths(ready, unacked)
 
     # ---- sampling -----------------------------------------------------------------------
 
@@ -218,7 +270,10 @@ class MessageStats:
 
     async def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         while True:
+            due = loop.time() + self.interval
             await asyncio.sleep(self.interval)
+            # How late the timer fired: what a callback waits behind others on a busy loop.
+            self.loop_lag_ms = max(0.0, (loop.time() - due) * 1000)
             try:
                 self.sample(loop.time())
             except Exception:  # a bug in the statistics must not stop the broker's
@@ -229,17 +284,22 @@ class MessageStats:
         that never counted anything are not kept (many idle queues cost no memory here)."""
         elapsed = max(now - self._sampled_at, 1e-3)
         self._sampled_at = now
+        wall_ms = int(time.time() * 1000)
         previous = self._samples
-        samples: dict[object, tuple[Counts, Rates | None]] = {}
+        samples: dict[object, tuple[Counts, Rates | None, History | None]] = {}
         for key, counts in self._every_count():
             before = previous.get(key)
-            if before is None and not any(counts.values()):
-                continue
-            old = before[0] if before is not None else {}
+            if before is None:
+                if not any(counts.values()):
+                    continue
+                before = ({}, None, None)
+            old, _, history = before
             rates = None
             if counts != old:
                 rates = {name: (value - old.get(name, 0)) / elapsed for name, value in counts.items()}
-            samples[key] = (counts, rates)
+                history = history or History(tuple(counts))
+                history.append(wall_ms, counts)
+            samples[key] = (counts, rates, history)
         self._samples = samples
 
     def _every_count(self) -> Iterator[tuple[object, Counts]]:
@@ -251,7 +311,12 @@ class MessageStats:
         for name, vhost in self._vhosts.items():
             yield vhost_key(name), self.vhost_counts(name, snapshots)
             for queue in vhost.queues.values():
-                yield queue, queue.message_counts()
+                # Its lengths with its counters: one entry for both, told apart by name.
+                counts = queue.message_counts()
+                ready, unacked = queue.message_count, queue.unacked
+                counts["messages"], counts["messages_ready"] = ready + unacked, ready
+                counts["messages_unacknowledged"] = unacked
+                yield queue, counts
             for exchange in vhost.exchanges.values():
                 yield exchange, exchange.message_counts()
         yield OVERALL, self.overall_counts(snapshots)

@@ -40,6 +40,7 @@ from lavin.management.http.replies import ObjectNotFound, broker_of, done, error
 from lavin.management.http.requester import requester
 from lavin.management.shapes import objects as shapes
 from lavin.management.shapes.access import required
+from lavin.management.shapes.history import Histories
 
 # RabbitMQ's reply when a publish is not confirmed.
 PUBLISH_REFUSED: Final = "rejected Unable to publish message. Check queue limits."
@@ -71,7 +72,10 @@ async def list_vhost_exchanges(request: web.Request) -> web.Response:
 @routes.get("/api/exchanges/{vhost}/{exchange}")
 async def get_exchange(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
-    return reply(shapes.exchange_json(vhost, _exchange(vhost, request.match_info["exchange"])))
+    exchange = _exchange(vhost, request.match_info["exchange"])
+    data = shapes.exchange_json(vhost, exchange)
+    Histories.asked(request.query, vhost.broker.stats).add_msg_rates(data["message_stats"], exchange)
+    return reply(data)
 
 
 @routes.put("/api/exchanges/{vhost}/{exchange}")

@@ -14,11 +14,13 @@ from __future__ import annotations
 from typing import Final
 
 from aiohttp import web
+from lavin.broker.runtime.stats import OVERALL, QUEUE_TOTALS
 from lavin.management.http.listing import list_reply
 from lavin.management.http.replies import ObjectNotFound, broker_of, done, error_response, reply
 from lavin.management.http.requester import requester
 from lavin.management.http.runtime_access import visible_connections
 from lavin.management.shapes import runtime as shapes
+from lavin.management.shapes.history import Histories
 from lavin.transport.tls import TlsCertificates, TlsSetupError
 
 TLS_CERTIFICATES: Final = web.AppKey("tls_certificates", TlsCertificates)
@@ -29,10 +31,15 @@ routes = web.RouteTableDef()
 @routes.get("/api/overview")
 async def overview(request: web.Request) -> web.Response:
     who, broker = requester(request), broker_of(request)
+    histories = Histories.asked(request.query, broker.stats)
     everyone = broker.stats.snapshots()
     vhosts = await who.visible_vhosts(broker.vhosts)
     connections = [c for c in visible_connections(who, everyone) if c.vhost in vhosts]
-    return reply(shapes.overview_json(broker, vhosts, everyone, connections, who.is_monitor))
+    data = shapes.overview_json(broker, vhosts, everyone, connections, who.is_monitor)
+    if who.is_monitor:  # the broker's own totals; another user's are sums of what it sees
+        histories.add_msg_rates(data["message_stats"], OVERALL)
+        histories.add_lengths(data["queue_totals"], QUEUE_TOTALS)
+    return reply(data)
 
 
 @routes.get("/api/cluster-name")

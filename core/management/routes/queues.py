@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 from lavin.api import errors
 from lavin.api.message import Message
+from lavin.broker.broker import Broker
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_consumer import start_offset, with_offset_header
 from lavin.broker.queues.stream_queue import StreamQueue
@@ -37,6 +38,7 @@ from lavin.management.http.object_access import (
 from lavin.management.http.replies import ObjectNotFound, broker_of, done, error_response, json_body, reply
 from lavin.management.shapes import objects as shapes
 from lavin.management.shapes.access import BadRequest
+from lavin.management.shapes.history import Histories
 
 routes = web.RouteTableDef()
 
@@ -88,8 +90,11 @@ async def list_vhost_queues(request: web.Request) -> web.Response:
 async def get_queue(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
     queue = _queue(vhost, request.match_info["queue"])
+    histories = Histories.asked(request.query, broker_of(request).stats)
     data = shapes.queue_json(vhost, queue, _node(request))
     data["consumer_details"] = shapes.consumer_details(queue)
+    histories.add_msg_rates(data["message_stats"], queue)
+    histories.add_lengths(data, queue)
     return reply(data)
 
 
@@ -158,15 +163,18 @@ async def get_messages(request: web.Request) -> web.Response:
     await Permissions(request, vhost.name).require("queue", queue.name, "read")
     vhost.check_exclusive(_still_there(vhost, queue), None)
     source = _message_queue(vhost, queue, "basic.get")
+    no_ack = get.ack_mode == "ack_requeue_false"
     taken: list[int] = []
     messages: list[dict[str, Any]] = []
+    redeliveries = 0
     for _ in range(get.count):
         item = source.get()
         if item is None:
             break
         message_id, message, redelivered = item
+        redeliveries += redelivered
         messages.append(shapes.got_message_json(message, redelivered, source.message_count, get.display))
-        if get.ack_mode == "ack_requeue_false":
+        if no_ack:
             source.ack(message_id)
         else:
             taken.append(message_id)
@@ -175,7 +183,21 @@ async def get_messages(request: web.Request) -> web.Response:
     else:
         for message_id in taken:
             source.reject(message_id)
+    _count_gets(broker_of(request), vhost.name, source, len(messages), no_ack, redeliveries)
     return reply(messages)
+
+
+def _count_gets(broker: Broker, vhost: str, queue: MessageQueue, got: int, no_ack: bool, redeliveries: int) -> None:
+    """Count the API's gets as RabbitMQ does, whose API gets on a channel of its own: a
+    basic.get without ack for ack_requeue_false, with ack for the other modes, in the
+    queue's and (as a channel that closed) the vhost's statistics."""
+    if no_ack:
+        queue.got_no_ack += got
+    else:
+        queue.got += got
+    queue.redelivered += redeliveries
+    counts = {"get_no_ack" if no_ack else "get": got, "redeliver": redeliveries}
+    broker.stats.channel_closed(vhost, counts)
 
 
 @routes.post("/api/queues/{vhost}/{queue}/stream")

@@ -17,10 +17,12 @@ from typing import Any
 
 from aiohttp import web
 from lavin.broker.access.access_control import NotFoundError
+from lavin.broker.runtime.stats import vhost_key
 from lavin.management.http.listing import list_reply
 from lavin.management.http.replies import access_of, broker_of, done, json_body, known_vhost, reply
 from lavin.management.http.requester import requester
 from lavin.management.shapes import access as shapes
+from lavin.management.shapes.history import Histories
 from lavin.management.shapes.message_stats import vhost_message_stats
 
 routes = web.RouteTableDef()
@@ -36,7 +38,9 @@ async def list_vhosts(request: web.Request) -> web.Response:
 async def get_vhost(request: web.Request) -> web.Response:
     requester(request).require_administrator()
     name = known_vhost(access_of(request), request.match_info["vhost"])
-    return reply(_vhost_with_counts(request, name))
+    data = _vhost_with_counts(request, name)
+    Histories.asked(request.query, broker_of(request).stats).add_msg_rates(data["message_stats"], vhost_key(name))
+    return reply(data)
 
 
 def _vhost_with_counts(request: web.Request, name: str) -> dict[str, Any]:

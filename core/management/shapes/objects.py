@@ -26,9 +26,10 @@ from lavin.broker.policy.policies import exchange_policy_fields, policy_fields
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.broker.routing.exchange import Exchange
+from lavin.broker.runtime.stats import queue_lengths
 from lavin.broker.vhost import VHost
 from lavin.management.shapes.access import BadRequest, required
-from lavin.management.shapes.message_stats import object_message_stats
+from lavin.management.shapes.message_stats import object_message_stats, with_rates
 from lavin.storage.metadata.storable import UnstorableValue, check_value
 
 # The default exchange's name in paths (its real name is "").
@@ -36,7 +37,6 @@ DEFAULT_EXCHANGE_PATH_NAME: Final = "amq.default"
 ACK_MODES: Final = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")
 # Queue types that RabbitMQ reports as another: a priority queue is a classic queue there.
 REPORTED_QUEUE_TYPES: Final = {"priority": "classic"}
-ZERO_RATE: Final = {"rate": 0.0}
 MAX_SHORT_STRING: Final = 255
 
 
@@ -70,6 +70,8 @@ def queue_json(vhost: VHost, queue: Queue, node: str) -> dict[str, Any]:
     ready_bytes = _ready_bytes(queue)
     exclusive_tag = next((consumer.tag for consumer in consumers if consumer.exclusive), None)
     single_active = queue.settings.single_active_consumer
+    stats = vhost.broker.stats
+    lengths = queue_lengths(ready, unacked)
     return {
         "name": queue.name,
         "vhost": vhost.name,
@@ -85,16 +87,11 @@ def queue_json(vhost: VHost, queue: Queue, node: str) -> dict[str, Any]:
         "consumer_utilisation": 1.0 if consumers else None,
         "exclusive_consumer_tag": exclusive_tag,
         "single_active_consumer_tag": consumers[0].tag if single_active and consumers else None,
-        "messages": ready + unacked,
-        "messages_details": ZERO_RATE,
-        "messages_ready": ready,
-        "messages_ready_details": ZERO_RATE,
-        "messages_unacknowledged": unacked,
-        "messages_unacknowledged_details": ZERO_RATE,
+        **with_rates(lengths, stats.rates(queue, lengths)),
         "message_bytes": ready_bytes,
         "message_bytes_ready": ready_bytes,
         "memory": 0,
-        "message_stats": object_message_stats(vhost.broker.stats, queue),
+        "message_stats": object_message_stats(stats, queue),
         **policy_fields(vhost.policies, queue),
     }
 

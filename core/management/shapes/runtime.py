@@ -239,6 +239,7 @@ def node_json(broker: Broker) -> dict[str, Any]:
         "proc_used": len(asyncio.all_tasks(broker.loop)),
         "proc_total": PROCESS_LIMIT,
         "run_queue": 0,
+        "event_loop_lag": round(broker.stats.loop_lag_ms, 3),  # Lavin's: ms the sampler's timer fired late
         "processors": os.cpu_count() or 1,
         "uptime": broker.stats.uptime_ms(),
         "rates_mode": "basic",

@@ -2,7 +2,7 @@
 // the URL fragment (`#/queues/%2F/orders`). A page module's `render(page, ...parts)`
 // builds its content into `page.main`, may poll with `page.every`, and knows `page.user`.
 
-import { currentUser, hasTag, login, logout } from "./api.js";
+import { ApiError, currentUser, hasTag, login, logout } from "./api.js";
 import { field, h, input, notice, replace } from "./dom.js";
 import * as access from "./access.js";
 import * as clients from "./clients.js";
@@ -66,11 +66,20 @@ function showLogin(message) {
       await login(values.get("username"), values.get("password"));
       route();
     } catch (error) {
-      replace(status, notice(`Login failed: ${error.message}`, "error"));
+      replace(status, notice(loginFailure(error), "error"));
     }
   });
   replace(main, loginForm);
   loginForm.querySelector("input").focus();
+}
+
+// What went wrong, in words: the API's reason is a code ("Not_Authorized") or a phrase.
+function loginFailure(error) {
+  if (error instanceof ApiError && error.status === 401 && error.message === "Not_Authorized") {
+    return "Login failed: the username or password is not right.";
+  }
+  if (!(error instanceof ApiError)) return `Login failed: the broker did not answer (${error.message}).`;
+  return `Login failed: ${error.message}`;
 }
 
 function showFrame(user) {

@@ -1,9 +1,10 @@
 // Totals from /api/overview, and charts of message rates and queue depth from polling it.
 
-import { get } from "./api.js";
+import { get, hasTag } from "./api.js";
 import { lineChart } from "./chart.js";
 import { h, notice, number, rate, replace, section, table } from "./dom.js";
 import { REFRESH_MS } from "./list.js";
+import { nodeVitals } from "./vitals.js";
 
 // Ten minutes of samples, kept while the tab is open so a return to the page has history.
 const KEPT_SAMPLES = 120;
@@ -28,9 +29,12 @@ export function render(page) {
   const totals = h("div", { class: "totals" });
   const ratesChart = lineChart("Message rates", "/s");
   const depthChart = lineChart("Queued messages", "");
+  const vitals = h("div");
   const node = h("div");
-  replace(page.main, h("h1", {}, "Overview"), status, totals,
+  replace(page.main, h("h1", {}, "Overview"), status, totals, vitals,
     h("div", { class: "charts" }, ratesChart.element, depthChart.element), node);
+  // /api/nodes is for monitoring users and administrators, as in RabbitMQ.
+  const seesNode = hasTag(page.user, "monitoring") || hasTag(page.user, "administrator");
 
   page.every(REFRESH_MS, async () => {
     let data;
@@ -41,6 +45,10 @@ export function render(page) {
       return;
     }
     replace(status);
+    if (seesNode) {
+      const [one] = await get("/api/nodes").catch(() => []);
+      replace(vitals, one ? section("Node vitals", nodeVitals(one)) : null);
+    }
     const objects = data.object_totals || {};
     const queued = data.queue_totals || {};
     const stats = data.message_stats || {};
