@@ -29,6 +29,7 @@ from lavin.broker.queues.expiry import message_expiration
 from lavin.broker.queues.queue import NEEDS_SYNC, MessageQueue, Queue
 from lavin.broker.routing.direct_reply import rewrite_reply_to
 from lavin.broker.routing.exchange import Exchange
+from lavin.broker.runtime.counters import BUCKET_UPPER_BOUNDS, FIRST_BUCKET_BY_BIT_LENGTH, MESSAGE_SIZE_SUM
 from lavin.broker.runtime.stats import ChannelSnapshot, ConsumerSnapshot
 from lavin.broker.vhost import UNROUTED
 from pamqp import commands
@@ -46,6 +47,9 @@ _USER_ID: Final = 0x10  # flag 0x0010: the low byte of the flag word
 _IMMEDIATE: Final = 0x02  # the second bit of basic.publish's flags
 # Bodies of several frames allocated whole before their frames are in, across connections.
 PREALLOCATED_BODIES_MAX: Final = 256 * 1024 * 1024
+# The message size histogram's tables, as this module's constants (static in compiled code).
+_FIRST_SIZE_BUCKET: Final[tuple[int, ...]] = FIRST_BUCKET_BY_BIT_LENGTH
+_SIZE_BUCKET_BOUNDS: Final[tuple[int, ...]] = BUCKET_UPPER_BOUNDS
 
 # An unacked delivery: where it settles, the store's message id, and the consumer (None
 # for basic.get).
@@ -100,12 +104,17 @@ class Channel:
         # Message statistics (lavin.broker.runtime.stats): only ever incremented.
         self.published = 0
         self.returned_unroutable = 0
+        self.dropped_unroutable = 0
+        self.routed = 0
+        self.received_confirm = 0
+        self.got_empty = 0
         self.delivered = 0
         self.delivered_no_ack = 0
         self.got = 0
         self.got_no_ack = 0
         self.redelivered = 0
         self.acked = 0
+        self.message_size_counts = connection.broker.stats.counters.message_size_counts  # shared, the broker's
 
     # ---- frames in -----------------------------------------------------------------------
 
@@ -409,14 +418,26 @@ class Channel:
         connection = self.connection
         status = self.vhost.publish(exchange, message, connection.flow)
         self.published += 1
-        if status & UNROUTED and mandatory:
+        size = len(message.body)
+        bucket: int = _FIRST_SIZE_BUCKET[size.bit_length()]
+        if size > _SIZE_BUCKET_BOUNDS[bucket]:
+            bucket += 1
+        sizes = self.message_size_counts
+        sizes[bucket] += 1
+        sizes[MESSAGE_SIZE_SUM] += size
+        if not status & UNROUTED:
+            self.routed += 1
+        elif mandatory:
             self.returned_unroutable += 1
             self.output.send(
                 codec.return_frame(self.id, 312, "NO_ROUTE", exchange, message.routing_key)
                 + codec.content_frames(self.id, message.properties, message.body, self.frame_max)
             )
+        else:
+            self.dropped_unroutable += 1
         confirms = self.confirms
         if confirms is not None:
+            self.received_confirm += 1
             confirms.published(status)
             connection.dirty_channels.add(self)
         return bool(status & NEEDS_SYNC)
@@ -478,6 +499,7 @@ class Channel:
     def get(self, queue: MessageQueue, no_ack: bool) -> None:
         item = queue.get()
         if item is None:
+            self.got_empty += 1
             self.output.send(codec.method_frame(self.id, commands.Basic.GetEmpty()))
             return
         message_id, message, redelivered = item
@@ -647,12 +669,16 @@ class Channel:
             "publish": self.published,
             "confirm": confirms.confirmed if confirms is not None else 0,
             "return_unroutable": self.returned_unroutable,
+            "drop_unroutable": self.dropped_unroutable,
             "deliver": self.delivered,
             "deliver_no_ack": self.delivered_no_ack,
             "get": self.got,
             "get_no_ack": self.got_no_ack,
+            "get_empty": self.got_empty,
             "redeliver": self.redelivered,
             "ack": self.acked,
+            "routed": self.routed,
+            "received_confirm": self.received_confirm,
         }
 
     def snapshot(self) -> ChannelSnapshot:
@@ -679,6 +705,9 @@ class Channel:
             self.tx is not None,
             consumers,
             self.message_counts(),
+            self.confirms.unconfirmed if self.confirms is not None else 0,
+            self.tx.publishes if self.tx is not None else 0,
+            self.tx.settlements if self.tx is not None else 0,
         )
 
     # ---- closing -------------------------------------------------------------------------
