@@ -214,3 +214,48 @@ def test_the_lavin_prefix_names_the_new_families_too(broker: BrokerProcess) -> N
     assert "lavin_message_size_bytes_bucket{" in response.text
     assert "lavin_global_messages_dead_lettered_expired_total{" in response.text
     assert "lavin_queues_declared_total " in response.text
+
+
+def test_queue_metrics_give_unacked_bytes_utilisation_and_disk_traffic(broker: BrokerProcess, channel) -> None:
+    queue = unique_name("bytes")
+    channel.queue_declare(queue, durable=True)
+    channel.confirm_delivery()
+    for size in (100, 250, 4000):
+        channel.basic_publish("", queue, b"x" * size, pika.BasicProperties(delivery_mode=2))
+    method, _, _ = channel.basic_get(queue)  # 100 bytes now unacked
+
+    def queue_value(name: str) -> float:
+        samples = scrape(metrics_url(broker, "detailed"), family="queue_metrics", queue=f"^{queue}$")
+        return value(samples, f"rabbitmq_detailed_queue_{name}", vhost="/", queue=queue)
+
+    assert queue_value("messages_ready_bytes") == 4250
+    assert queue_value("messages_unacked_bytes") == 100
+    assert queue_value("messages_bytes") == 4350
+    assert queue_value("consumer_utilisation") == 0  # no consumers
+    assert queue_value("disk_writes_total") >= 1  # confirmed persistent messages of a durable queue are written
+    channel.basic_ack(method.delivery_tag)
+    channel.basic_qos(prefetch_count=1)
+    channel.basic_consume(queue, lambda *args: None)  # takes one and is then full
+    wait_until(lambda: queue_value("messages_unacked_bytes") == 250, "a delivery to the consumer")
+    assert queue_value("consumer_utilisation") == 0  # its prefetch is full
+    channel.basic_qos(prefetch_count=0)
+    channel.basic_consume(queue, lambda *args: None)  # a second consumer, without a limit
+    wait_until(lambda: queue_value("messages_unacked_bytes") == 4250, "a delivery to the second consumer")
+    assert queue_value("consumer_utilisation") == 0.5  # one of the two can take more
+    channel.queue_delete(queue)
+
+
+def test_a_cold_queue_counts_its_disk_reads(broker_factory) -> None:
+    """Messages read back from the segment files after a restart count as disk reads."""
+    broker = broker_factory()
+    queue = unique_name("cold")
+    with pika.BlockingConnection(pika.URLParameters(broker.url)) as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue, durable=True)
+        channel.confirm_delivery()
+        channel.basic_publish("", queue, b"kept", pika.BasicProperties(delivery_mode=2))
+    broker.restart()
+    with pika.BlockingConnection(pika.URLParameters(broker.url)) as connection:
+        assert connection.channel().basic_get(queue, auto_ack=True)[2] == b"kept"
+    samples = scrape(metrics_url(broker, "detailed"), family="queue_metrics", queue=f"^{queue}$")
+    assert value(samples, "rabbitmq_detailed_queue_disk_reads_total", vhost="/", queue=queue) >= 1

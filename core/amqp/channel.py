@@ -51,9 +51,9 @@ PREALLOCATED_BODIES_MAX: Final = 256 * 1024 * 1024
 _FIRST_SIZE_BUCKET: Final[tuple[int, ...]] = FIRST_BUCKET_BY_BIT_LENGTH
 _SIZE_BUCKET_BOUNDS: Final[tuple[int, ...]] = BUCKET_UPPER_BOUNDS
 
-# An unacked delivery: where it settles, the store's message id, and the consumer (None
-# for basic.get).
-Unacked = tuple[Settles, int, ChannelConsumer | None]
+# An unacked delivery: where it settles, the store's message id, the consumer (None for
+# basic.get), and its body's size (for the unacked bytes, summed when a scrape asks).
+Unacked = tuple[Settles, int, ChannelConsumer | None, int]
 
 
 class Channel:
@@ -470,7 +470,7 @@ class Channel:
         else:
             self.delivered += 1
             queue.delivered += 1
-            self.unacked[tag] = (settles, message_id, consumer)
+            self.unacked[tag] = (settles, message_id, consumer, len(message.body))
             consumer.unacked += 1
             queue.unacked += 1
             self.consumer_unacked += 1
@@ -515,7 +515,7 @@ class Channel:
         else:
             self.got += 1
             queue.got += 1
-            self.unacked[tag] = (queue, message_id, None)
+            self.unacked[tag] = (queue, message_id, None, len(message.body))
             queue.unacked += 1
             self.consumer_timeout().watch(tag, queue)  # RabbitMQ times out basic.get deliveries too
         self.output.send(
@@ -546,7 +546,7 @@ class Channel:
     def ack_now(self, tag: int, multiple: bool) -> None:
         entries = self._take(tag, multiple)
         self.acked += len(entries)
-        for settles, message_id, consumer in entries:
+        for settles, message_id, consumer, _ in entries:
             settles.ack(message_id)
             if consumer is not None:
                 consumer.queue.acked += 1
@@ -559,7 +559,7 @@ class Channel:
         if requeue:
             self._requeue(entries)
         else:
-            for queue, message_id, _ in entries:
+            for queue, message_id, _, _ in entries:
                 queue.reject(message_id)
         self.resume_deliveries()
 
@@ -590,7 +590,7 @@ class Channel:
 
     def _forget(self, entries: list[Unacked]) -> None:
         """These deliveries are no longer unacked: settled, or going back to their queues."""
-        for settles, _, consumer in entries:
+        for settles, _, consumer, _ in entries:
             if consumer is not None:
                 consumer.unacked -= 1
                 consumer.queue.unacked -= 1
@@ -608,7 +608,7 @@ class Channel:
     @staticmethod
     def _requeue(entries: Iterable[Unacked]) -> None:
         by_queue: dict[Settles, list[int]] = {}
-        for queue, message_id, _ in entries:
+        for queue, message_id, _, _ in entries:
             by_queue.setdefault(queue, []).append(message_id)
         for queue, message_ids in by_queue.items():
             queue.requeue(message_ids)

@@ -102,7 +102,18 @@ def _queue_consumers(snapshot: Snapshot) -> Iterator[Row]:
 def _queue_metrics(snapshot: Snapshot) -> Iterator[Row]:
     for queue in snapshot.queues():
         ready_bytes = queue.store.ready_bytes if isinstance(queue, MessageQueue | StreamQueue) else 0
-        yield _queue_labels(queue), (queue.consumer_count, ready_bytes)
+        unacked_bytes = snapshot.unacked_bytes(queue)
+        # A stream's log is read by its consumers' cursors, not by the queue.
+        disk = (queue.store.disk_reads, queue.store.disk_writes) if isinstance(queue, MessageQueue) else (0, 0)
+        row = (queue.consumer_count, _consumer_utilisation(queue), ready_bytes, unacked_bytes)
+        yield _queue_labels(queue), (*row, ready_bytes + unacked_bytes, *disk)
+
+
+def _consumer_utilisation(queue: Queue) -> float:
+    """The share of its consumers that can take a message now (RabbitMQ's is the share of
+    time its consumers could); 0 without consumers."""
+    consumers = queue.consumers
+    return sum(1 for consumer in consumers if consumer.can_take()) / len(consumers) if consumers else 0.0
 
 
 def _queue_deliveries(snapshot: Snapshot) -> Iterator[Row]:
@@ -242,7 +253,12 @@ FAMILIES: Final[dict[str, Family]] = {
         QUEUE,
         (
             _gauge("queue_consumers", "Consumers on a queue"),
+            _gauge("queue_consumer_utilisation", "Consumer utilisation"),
             _gauge("queue_messages_ready_bytes", "Size in bytes of ready messages"),
+            _gauge("queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages"),
+            _gauge("queue_messages_bytes", "Size in bytes of ready and unacknowledged messages"),
+            _counter("queue_disk_reads_total", "Total number of times queue read messages from disk"),
+            _counter("queue_disk_writes_total", "Total number of times queue wrote messages to disk"),
         ),
         _queue_metrics,
     ),
