@@ -259,3 +259,30 @@ def test_a_cold_queue_counts_its_disk_reads(broker_factory) -> None:
         assert connection.channel().basic_get(queue, auto_ack=True)[2] == b"kept"
     samples = scrape(metrics_url(broker, "detailed"), family="queue_metrics", queue=f"^{queue}$")
     assert value(samples, "rabbitmq_detailed_queue_disk_reads_total", vhost="/", queue=queue) >= 1
+
+
+def test_the_memory_breakdown_attributes_queued_records_and_adds_up(broker: BrokerProcess, channel) -> None:
+    def breakdown() -> dict[str, float]:
+        samples = scrape(metrics_url(broker, "memory-breakdown"))
+        assert value(samples, "rabbitmq_identity_info", rabbitmq_endpoint="memory-breakdown") == 1
+        prefix = "rabbitmq_memory_"
+        return {s.name.removeprefix(prefix): s.value for s in samples if s.name.startswith(prefix)}
+
+    before = breakdown()
+    assert set(before) == {
+        "classic_queue_erlang_process_bytes",
+        "client_connection_reader_bytes",
+        "client_connection_writer_bytes",
+        "other_system_bytes",
+    }
+    queue = channel.queue_declare("", exclusive=True).method.queue  # a non-durable queue keeps its records in memory
+    for _ in range(20):
+        channel.basic_publish("", queue, b"x" * 10_000)
+    channel.queue_declare(queue, passive=True)
+    during = breakdown()
+    assert during["classic_queue_erlang_process_bytes"] >= before["classic_queue_erlang_process_bytes"] + 200_000
+    resident = value(scrape(metrics_url(broker)), "rabbitmq_process_resident_memory_bytes")
+    assert sum(during.values()) == pytest.approx(resident, rel=0.2)  # read a moment apart
+    channel.queue_purge(queue)
+    after = breakdown()
+    assert after["classic_queue_erlang_process_bytes"] < during["classic_queue_erlang_process_bytes"]

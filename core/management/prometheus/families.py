@@ -1,15 +1,18 @@
 """Prometheus metrics under the names of RabbitMQ's prometheus plugin, read from the
 broker when a scrape asks for them: nothing is counted per message for them beyond the
-statistics counters the management API reads too (`lavin.broker.runtime.stats`).
+statistics counters the management API reads too (`lavin.broker.runtime.stats`) and the
+broker's lifetime counters (`lavin.broker.runtime.counters`).
 
-Three views, as RabbitMQ's endpoints:
+Four views, as RabbitMQ's endpoints:
 - aggregated (`/metrics`): each family summed over its objects, without labels, plus the
   totals, alarms, global counters and build information;
 - per-object (`/metrics/per-object`): the same with one sample per object (labels vhost,
   queue, exchange, channel, connection);
 - detailed (`/metrics/detailed`): only the families asked for, one sample per object,
   named `<prefix>_detailed_*` (`<prefix>_cluster_*` for the cluster-wide families), and
-  only the vhosts and queues the filter takes.
+  only the vhosts and queues the filter takes;
+- memory breakdown (`/metrics/memory-breakdown`): the node memory families Lavin can
+  attribute.
 
 The prefix is `rabbitmq`, so that RabbitMQ's Grafana dashboards work unchanged, or `lavin`.
 """
@@ -51,6 +54,7 @@ PREFIXES: Final = ("rabbitmq", "lavin")
 AGGREGATED: Final = "aggregated"
 PER_OBJECT: Final = "per-object"
 DETAILED: Final = "detailed"
+MEMORY_BREAKDOWN: Final = "memory-breakdown"
 
 Labels = tuple[str, ...]
 Row = tuple[Labels, Sequence[float]]
@@ -501,6 +505,8 @@ class BrokerCollector(Collector):
                 yield from _emit(CLUSTER_FAMILIES[name], f"{prefix}_cluster_", self.snapshot, per_object=True)
             if asked & QUEUE_FAMILIES:
                 yield self._queue_info(f"{prefix}_detailed_")
+        elif self.scrape.view == MEMORY_BREAKDOWN:
+            yield from self._memory_breakdown()
         else:
             per_object = self.scrape.view == PER_OBJECT
             for name, family in FAMILIES.items():
@@ -529,6 +535,28 @@ class BrokerCollector(Collector):
         consumers = sum(queue.consumer_count for queue in queues)
         yield GaugeMetricFamily(f"{prefix}_consumers", "Consumers currently connected", value=consumers)
         yield GaugeMetricFamily(f"{prefix}_queues", "Queues available", value=len(queues))
+
+    def _memory_breakdown(self) -> Iterator[Metric]:
+        """RabbitMQ's node memory families that Lavin has a counterpart of, and the rest of
+        the resident memory as its runtime's other memory, so that they add up to it."""
+        breakdown = self.snapshot.memory_breakdown()
+        rest = max(resident_memory() - breakdown.attributed, 0)
+        prefix = f"{self.scrape.prefix}_memory_"
+        for name, help_text, amount in (
+            ("classic_queue_erlang_process_bytes", "Classic queue processes footprint in bytes", breakdown.queues),
+            (
+                "client_connection_reader_bytes",
+                "Client connection reader processes footprint in bytes",
+                breakdown.connection_readers,
+            ),
+            (
+                "client_connection_writer_bytes",
+                "Client connection writer processes footprint in bytes",
+                breakdown.connection_writers,
+            ),
+            ("other_system_bytes", "Other runtime footprint in bytes", rest),
+        ):
+            yield GaugeMetricFamily(f"{prefix}{name}", help_text, value=amount)
 
     def _alarms(self) -> Iterator[Metric]:
         active = self.snapshot.broker.alarms.active
