@@ -266,7 +266,7 @@ def test_a_bad_parameter_is_400_with_the_reason(broker: BrokerProcess, params: d
 
 
 def test_an_unknown_view_is_404(broker: BrokerProcess) -> None:
-    response = requests.get(metrics_url(broker, "memory-breakdown"), timeout=TIMEOUT)
+    response = requests.get(metrics_url(broker, "no-such-registry"), timeout=TIMEOUT)
     assert (response.status_code, response.text) == (404, "Unknown Registry")
 
 

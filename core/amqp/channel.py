@@ -29,6 +29,7 @@ from lavin.broker.queues.expiry import message_expiration
 from lavin.broker.queues.queue import NEEDS_SYNC, MessageQueue, Queue
 from lavin.broker.routing.direct_reply import rewrite_reply_to
 from lavin.broker.routing.exchange import Exchange
+from lavin.broker.runtime.counters import BUCKET_UPPER_BOUNDS, FIRST_BUCKET_BY_BIT_LENGTH, MESSAGE_SIZE_SUM
 from lavin.broker.runtime.stats import ChannelSnapshot, ConsumerSnapshot
 from lavin.broker.vhost import UNROUTED
 from pamqp import commands
@@ -46,10 +47,13 @@ _USER_ID: Final = 0x10  # flag 0x0010: the low byte of the flag word
 _IMMEDIATE: Final = 0x02  # the second bit of basic.publish's flags
 # Bodies of several frames allocated whole before their frames are in, across connections.
 PREALLOCATED_BODIES_MAX: Final = 256 * 1024 * 1024
+# The message size histogram's tables, as this module's constants (static in compiled code).
+_FIRST_SIZE_BUCKET: Final[tuple[int, ...]] = FIRST_BUCKET_BY_BIT_LENGTH
+_SIZE_BUCKET_BOUNDS: Final[tuple[int, ...]] = BUCKET_UPPER_BOUNDS
 
-# An unacked delivery: where it settles, the store's message id, and the consumer (None
-# for basic.get).
-Unacked = tuple[Settles, int, ChannelConsumer | None]
+# An unacked delivery: where it settles, the store's message id, the consumer (None for
+# basic.get), and its body's size (for the unacked bytes, summed when a scrape asks).
+Unacked = tuple[Settles, int, ChannelConsumer | None, int]
 
 
 class Channel:
@@ -100,12 +104,17 @@ class Channel:
         # Message statistics (lavin.broker.runtime.stats): only ever incremented.
         self.published = 0
         self.returned_unroutable = 0
+        self.dropped_unroutable = 0
+        self.routed = 0
+        self.received_confirm = 0
+        self.got_empty = 0
         self.delivered = 0
         self.delivered_no_ack = 0
         self.got = 0
         self.got_no_ack = 0
         self.redelivered = 0
         self.acked = 0
+        self.message_size_counts = connection.broker.stats.counters.message_size_counts  # shared, the broker's
 
     # ---- frames in -----------------------------------------------------------------------
 
@@ -409,14 +418,26 @@ class Channel:
         connection = self.connection
         status = self.vhost.publish(exchange, message, connection.flow)
         self.published += 1
-        if status & UNROUTED and mandatory:
+        size = len(message.body)
+        bucket: int = _FIRST_SIZE_BUCKET[size.bit_length()]
+        if size > _SIZE_BUCKET_BOUNDS[bucket]:
+            bucket += 1
+        sizes = self.message_size_counts
+        sizes[bucket] += 1
+        sizes[MESSAGE_SIZE_SUM] += size
+        if not status & UNROUTED:
+            self.routed += 1
+        elif mandatory:
             self.returned_unroutable += 1
             self.output.send(
                 codec.return_frame(self.id, 312, "NO_ROUTE", exchange, message.routing_key)
                 + codec.content_frames(self.id, message.properties, message.body, self.frame_max)
             )
+        else:
+            self.dropped_unroutable += 1
         confirms = self.confirms
         if confirms is not None:
+            self.received_confirm += 1
             confirms.published(status)
             connection.dirty_channels.add(self)
         return bool(status & NEEDS_SYNC)
@@ -449,7 +470,7 @@ class Channel:
         else:
             self.delivered += 1
             queue.delivered += 1
-            self.unacked[tag] = (settles, message_id, consumer)
+            self.unacked[tag] = (settles, message_id, consumer, len(message.body))
             consumer.unacked += 1
             queue.unacked += 1
             self.consumer_unacked += 1
@@ -478,6 +499,7 @@ class Channel:
     def get(self, queue: MessageQueue, no_ack: bool) -> None:
         item = queue.get()
         if item is None:
+            self.got_empty += 1
             self.output.send(codec.method_frame(self.id, commands.Basic.GetEmpty()))
             return
         message_id, message, redelivered = item
@@ -493,7 +515,7 @@ class Channel:
         else:
             self.got += 1
             queue.got += 1
-            self.unacked[tag] = (queue, message_id, None)
+            self.unacked[tag] = (queue, message_id, None, len(message.body))
             queue.unacked += 1
             self.consumer_timeout().watch(tag, queue)  # RabbitMQ times out basic.get deliveries too
         self.output.send(
@@ -524,7 +546,7 @@ class Channel:
     def ack_now(self, tag: int, multiple: bool) -> None:
         entries = self._take(tag, multiple)
         self.acked += len(entries)
-        for settles, message_id, consumer in entries:
+        for settles, message_id, consumer, _ in entries:
             settles.ack(message_id)
             if consumer is not None:
                 consumer.queue.acked += 1
@@ -537,7 +559,7 @@ class Channel:
         if requeue:
             self._requeue(entries)
         else:
-            for queue, message_id, _ in entries:
+            for queue, message_id, _, _ in entries:
                 queue.reject(message_id)
         self.resume_deliveries()
 
@@ -568,7 +590,7 @@ class Channel:
 
     def _forget(self, entries: list[Unacked]) -> None:
         """These deliveries are no longer unacked: settled, or going back to their queues."""
-        for settles, _, consumer in entries:
+        for settles, _, consumer, _ in entries:
             if consumer is not None:
                 consumer.unacked -= 1
                 consumer.queue.unacked -= 1
@@ -586,7 +608,7 @@ class Channel:
     @staticmethod
     def _requeue(entries: Iterable[Unacked]) -> None:
         by_queue: dict[Settles, list[int]] = {}
-        for queue, message_id, _ in entries:
+        for queue, message_id, _, _ in entries:
             by_queue.setdefault(queue, []).append(message_id)
         for queue, message_ids in by_queue.items():
             queue.requeue(message_ids)
@@ -647,12 +669,16 @@ class Channel:
             "publish": self.published,
             "confirm": confirms.confirmed if confirms is not None else 0,
             "return_unroutable": self.returned_unroutable,
+            "drop_unroutable": self.dropped_unroutable,
             "deliver": self.delivered,
             "deliver_no_ack": self.delivered_no_ack,
             "get": self.got,
             "get_no_ack": self.got_no_ack,
+            "get_empty": self.got_empty,
             "redeliver": self.redelivered,
             "ack": self.acked,
+            "routed": self.routed,
+            "received_confirm": self.received_confirm,
         }
 
     def snapshot(self) -> ChannelSnapshot:
@@ -679,6 +705,9 @@ class Channel:
             self.tx is not None,
             consumers,
             self.message_counts(),
+            self.confirms.unconfirmed if self.confirms is not None else 0,
+            self.tx.publishes if self.tx is not None else 0,
+            self.tx.settlements if self.tx is not None else 0,
         )
 
     # ---- closing -------------------------------------------------------------------------

@@ -35,6 +35,11 @@ class PublisherConfirms:
         """Publishes confirmed or nacked so far (the channel's `confirm` statistic)."""
         return self._confirmed
 
+    @property
+    def unconfirmed(self) -> int:
+        """Publishes neither confirmed nor nacked yet."""
+        return self.publish_seq - self._confirmed
+
     def published(self, status: int) -> None:
         """Count one publish with its VHost.publish status."""
         self.publish_seq += 1

@@ -88,6 +88,7 @@ class Connection(asyncio.Protocol):
         self.close_reason: str | None = None  # for the log: "" the client closed it, None it just went
         self.connected_at = 0  # ms since the epoch
         self.recv_oct = 0  # bytes read (statistics: one addition per socket read)
+        self.recv_cnt = 0  # socket reads
         self.received_at = 0  # ms since the epoch of the last read: the timestamp of what it published
 
     @property
@@ -137,6 +138,7 @@ class Connection(asyncio.Protocol):
             return
         self.received_since_tick = True
         self.recv_oct += len(data)
+        self.recv_cnt += 1
         self.received_at = int(time.time() * 1000)
         buffer = self.buffer
         if self.output.reading_paused_by & PAUSED_FOR_AUTHORIZATION:
@@ -409,6 +411,7 @@ class Connection(asyncio.Protocol):
             )
         assert self.vhost is not None and self.authorization is not None
         self.channels[channel_id] = Channel(self, channel_id, self.vhost, self.authorization)
+        self.broker.stats.channel_opened()
         self.output.send(codec.channel_open_ok_frame(channel_id))
 
     def channel_closed(self, channel: Channel) -> None:
@@ -442,6 +445,9 @@ class Connection(asyncio.Protocol):
             self.channel_max,
             self.recv_oct,
             self.output.send_oct,
+            self.recv_cnt,
+            self.output.send_cnt,
+            transport.get_write_buffer_size() if transport is not None else 0,
             [channel.snapshot() for channel in self.channels.values()],
             tls_details(tls) if tls is not None else None,
         )

@@ -34,6 +34,7 @@ class Output:
         self.reading_paused_by = 0  # PAUSED_FOR_* bits
         self.sent_since_tick = False  # written since the last heartbeat tick
         self.send_oct = 0  # bytes written (statistics: one addition per socket write)
+        self.send_cnt = 0  # socket writes
         self._out: list[bytes | memoryview] = []
         self._gather = False  # _out holds a large delivery's pieces: written without a join
         self._flush_scheduled = False
@@ -70,6 +71,7 @@ class Output:
             out.clear()
             return
         self.sent_since_tick = True
+        self.send_cnt += 1
         if self._gather:
             self._gather = False
             self.send_oct += sum(len(part) for part in out)

@@ -26,6 +26,16 @@ class Transaction:
         # (delivery tag, multiple, requeue); requeue None means an ack
         self._settlements: list[tuple[int, bool, bool | None]] = []
 
+    @property
+    def publishes(self) -> int:
+        """Publishes waiting for the commit."""
+        return len(self._publishes)
+
+    @property
+    def settlements(self) -> int:
+        """Acks, nacks and rejects waiting for the commit."""
+        return len(self._settlements)
+
     def add_publish(self, exchange: str, mandatory: bool, message: Message) -> None:
         self._publishes.append((exchange, mandatory, message))
 

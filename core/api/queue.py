@@ -80,6 +80,17 @@ class MessageStore(ABC):
     def ready_bytes(self) -> int:
         """Body bytes of the messages `__len__` counts."""
 
+    @property
+    def disk_reads(self) -> int:
+        """Reads of message records from disk so far (RabbitMQ's `disk_reads`, for
+        Prometheus); 0 for a type that does not count them."""
+        return 0
+
+    @property
+    def disk_writes(self) -> int:
+        """Writes of message records to disk so far (RabbitMQ's `disk_writes`)."""
+        return 0
+
     def flush(self) -> list[int]:
         """Hand buffered writes to the OS; return the fds the core must fsync (rule 1)."""
         return []

@@ -31,6 +31,7 @@ from lavin.broker.routing.dead_letter import dead_letter
 from lavin.broker.routing.default_exchange import DefaultExchangeTable
 from lavin.broker.routing.exchange import Exchange, Target
 from lavin.broker.routing.host import ExchangeHost
+from lavin.broker.runtime.counters import AT_MOST_ONCE, DISABLED
 from lavin.broker.runtime.recovery_log import RecoveryLog
 from lavin.storage import queue_directories
 from lavin.storage.metadata.access_files import vhost_directory_name
@@ -350,6 +351,8 @@ class VHost(ExchangeHost):
         """`name` is a client's that passed `check_queue_name`, or one from `new_queue_name`."""
         if passive:
             return self.get_queue(name, connection)
+        counters = self.broker.stats.counters
+        counters.queues_declared += 1
         existing = self.queues.get(name)
         if existing is not None:
             self.check_exclusive(existing, connection, exclusive)
@@ -378,6 +381,7 @@ class VHost(ExchangeHost):
                 del self.queues[name]
                 queue.delete()
                 raise
+        counters.queues_created += 1
         self._changed("queue", name, "declared")
         return queue
 
@@ -453,11 +457,20 @@ class VHost(ExchangeHost):
             queue_directories.finish_delete(aside)
         else:
             queue.delete()
+        self.broker.stats.counters.queues_deleted += 1
         self._changed("queue", queue.name, "deleted")
         return count
 
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
+        self.dropped(queue, reason)
         dead_letter(self.exchanges, queue, message, reason)
+
+    def dropped(self, queue: Queue, reason: str) -> None:
+        """Count a message that died, as RabbitMQ's dead-lettered counters: by queue type,
+        whether it had an existing dead-letter exchange to go to, and why it died."""
+        exchange = queue.settings.dead_letter_exchange
+        strategy = AT_MOST_ONCE if exchange is not None and exchange in self.exchanges else DISABLED
+        self.broker.stats.counters.dead_lettered[(queue_type_name(queue.arguments), strategy, reason)] += 1
 
     # ---- bindings ------------------------------------------------------------------------
 

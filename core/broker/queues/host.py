@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 class QueueHost:
     """A queue's vhost: its name (for texts), the event loop and group commit its queues
-    share, and the two things a queue asks of it."""
+    share, and the things a queue asks of it."""
 
     name: str
     loop: asyncio.AbstractEventLoop
@@ -34,4 +34,8 @@ class QueueHost:
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
         """Route a copy of a message that died in `queue` to the queue's dead-letter
         exchange, if it has one."""
+        raise NotImplementedError
+
+    def dropped(self, queue: Queue, reason: str) -> None:
+        """A message died in `queue`, which has no dead-letter exchange: counted only."""
         raise NotImplementedError

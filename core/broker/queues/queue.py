@@ -478,6 +478,8 @@ class MessageQueue(Queue):
             return
         if self.settings.dead_letter_exchange is not None:
             self.vhost.dead_letter(self, self.store.read(message_id), "rejected")
+        else:  # not read for nothing
+            self.vhost.dropped(self, "rejected")
         self.ack(message_id)
 
     def requeue(self, message_ids: Iterable[int]) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from lavin.broker.runtime.counters import BrokerCounters
 from lavin.transport.certificates import TlsDetails
 
 log = logging.getLogger(__name__)
@@ -31,18 +32,24 @@ log = logging.getLogger(__name__)
 Counts = dict[str, int]
 Rates = dict[str, float]
 
-# The keys of a channel's counts, as RabbitMQ names them in `message_stats`; vhost and
-# broker totals are their sums.
+# Counts a channel keeps for RabbitMQ's global Prometheus counters only: RabbitMQ's
+# `message_stats` have no such keys.
+GLOBAL_ONLY_KEYS = ("routed", "received_confirm")
+# The keys of a channel's counts, as RabbitMQ names them in `message_stats`, then the
+# above; vhost and broker totals are their sums.
 CHANNEL_KEYS = (
     "publish",
     "confirm",
     "return_unroutable",
+    "drop_unroutable",
     "deliver",
     "deliver_no_ack",
     "get",
     "get_no_ack",
+    "get_empty",
     "redeliver",
     "ack",
+    *GLOBAL_ONLY_KEYS,
 )
 # Changes kept per object: ten minutes at the default interval of 5 s, as RabbitMQ's
 # `basic` retention policy keeps.
@@ -113,6 +120,9 @@ class ChannelSnapshot:
     transactional: bool
     consumers: list[ConsumerSnapshot]
     counts: Counts
+    messages_unconfirmed: int  # published in confirm mode, not yet confirmed or nacked
+    messages_uncommitted: int  # published in the open transaction
+    acks_uncommitted: int  # acks, nacks and rejects in the open transaction
 
 
 @dataclass
@@ -136,6 +146,9 @@ class ConnectionSnapshot:
     channel_max: int
     recv_oct: int
     send_oct: int
+    recv_cnt: int  # socket reads
+    send_cnt: int  # socket writes
+    send_pend: int  # bytes waiting in the socket's write buffer
     channels: list[ChannelSnapshot] = field(default_factory=list)
     tls: TlsDetails | None = None  # None: not a TLS connection
 
@@ -191,6 +204,7 @@ class MessageStats:
         self._connections = connections
         self._vhosts = vhosts
         self.retired: dict[str, Counts] = {}  # vhost name -> counts of its closed channels
+        self.counters = BrokerCounters()
         # The counts of each object at the last sample, and its rates then (None: all 0).
         # The counts of each object at the last sample, its rates then (None: all 0) and
         # its history (None: no change yet).
@@ -203,8 +217,12 @@ class MessageStats:
 
     # ---- what the protocol layer reports ------------------------------------------------
 
+    def channel_opened(self) -> None:
+        self.counters.channels_opened += 1
+
     def channel_closed(self, vhost: str, counts: Counts) -> None:
         """A channel is gone: what it counted stays in its vhost's totals."""
+        self.counters.channels_closed += 1
         retired = self.retired.setdefault(vhost, dict.fromkeys(CHANNEL_KEYS, 0))
         for key, value in counts.items():
             retired[key] += value

@@ -1,15 +1,18 @@
 """Prometheus metrics under the names of RabbitMQ's prometheus plugin, read from the
 broker when a scrape asks for them: nothing is counted per message for them beyond the
-statistics counters the management API reads too (`lavin.broker.runtime.stats`).
+statistics counters the management API reads too (`lavin.broker.runtime.stats`) and the
+broker's lifetime counters (`lavin.broker.runtime.counters`).
 
-Three views, as RabbitMQ's endpoints:
+Four views, as RabbitMQ's endpoints:
 - aggregated (`/metrics`): each family summed over its objects, without labels, plus the
   totals, alarms, global counters and build information;
 - per-object (`/metrics/per-object`): the same with one sample per object (labels vhost,
   queue, exchange, channel, connection);
 - detailed (`/metrics/detailed`): only the families asked for, one sample per object,
   named `<prefix>_detailed_*` (`<prefix>_cluster_*` for the cluster-wide families), and
-  only the vhosts and queues the filter takes.
+  only the vhosts and queues the filter takes;
+- memory breakdown (`/metrics/memory-breakdown`): the node memory families Lavin can
+  attribute.
 
 The prefix is `rabbitmq`, so that RabbitMQ's Grafana dashboards work unchanged, or `lavin`.
 """
@@ -18,9 +21,11 @@ from __future__ import annotations
 
 import platform
 import resource
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
+from itertools import accumulate
 from typing import Final
 
 import lavin
@@ -28,15 +33,28 @@ from lavin.broker.policy.arguments import queue_type_name
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.broker.runtime.alarms import DISK, MEMORY, resident_memory
+from lavin.broker.runtime.counters import (
+    DEAD_LETTER_STRATEGIES,
+    INFINITE_BUCKET,
+    MESSAGE_SIZE_BOUNDS,
+    MESSAGE_SIZE_SUM,
+)
 from lavin.management.prometheus.sources import Snapshot
 from lavin.management.shapes.runtime import RABBITMQ_VERSION, channel_name
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric, UnknownMetricFamily
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    UnknownMetricFamily,
+)
 from prometheus_client.registry import Collector
 
 PREFIXES: Final = ("rabbitmq", "lavin")
 AGGREGATED: Final = "aggregated"
 PER_OBJECT: Final = "per-object"
 DETAILED: Final = "detailed"
+MEMORY_BREAKDOWN: Final = "memory-breakdown"
 
 Labels = tuple[str, ...]
 Row = tuple[Labels, Sequence[float]]
@@ -88,7 +106,18 @@ def _queue_consumers(snapshot: Snapshot) -> Iterator[Row]:
 def _queue_metrics(snapshot: Snapshot) -> Iterator[Row]:
     for queue in snapshot.queues():
         ready_bytes = queue.store.ready_bytes if isinstance(queue, MessageQueue | StreamQueue) else 0
-        yield _queue_labels(queue), (queue.consumer_count, ready_bytes)
+        unacked_bytes = snapshot.unacked_bytes(queue)
+        # A stream's log is read by its consumers' cursors, not by the queue.
+        disk = (queue.store.disk_reads, queue.store.disk_writes) if isinstance(queue, MessageQueue) else (0, 0)
+        row = (queue.consumer_count, _consumer_utilisation(queue), ready_bytes, unacked_bytes)
+        yield _queue_labels(queue), (*row, ready_bytes + unacked_bytes, *disk)
+
+
+def _consumer_utilisation(queue: Queue) -> float:
+    """The share of its consumers that can take a message now (RabbitMQ's is the share of
+    time its consumers could); 0 without consumers."""
+    consumers = queue.consumers
+    return sum(1 for consumer in consumers if consumer.can_take()) / len(consumers) if consumers else 0.0
 
 
 def _queue_deliveries(snapshot: Snapshot) -> Iterator[Row]:
@@ -110,17 +139,19 @@ def _exchange_published(snapshot: Snapshot) -> Iterator[Row]:
 def _channel_metrics(snapshot: Snapshot) -> Iterator[Row]:
     for connection, channel in snapshot.channels():
         row = (len(channel.consumers), channel.messages_unacknowledged, channel.prefetch_count)
-        yield (channel_name(connection, channel),), (*row, channel.global_prefetch_count)
+        pending = (channel.messages_unconfirmed, channel.messages_uncommitted, channel.acks_uncommitted)
+        yield (channel_name(connection, channel),), (*row, channel.global_prefetch_count, *pending)
 
 
 def _channel_publishes(snapshot: Snapshot) -> Iterator[Row]:
     for connection, channel in snapshot.channels():
         counts = channel.counts
-        yield (channel_name(connection, channel),), (counts["publish"], counts["confirm"], counts["return_unroutable"])
+        row = (counts["publish"], counts["confirm"], counts["return_unroutable"], counts["drop_unroutable"])
+        yield (channel_name(connection, channel),), row
 
 
 def _channel_deliveries(snapshot: Snapshot) -> Iterator[Row]:
-    keys = ("get", "get_no_ack", "deliver", "deliver_no_ack", "redeliver", "ack")
+    keys = ("get", "get_no_ack", "deliver", "deliver_no_ack", "redeliver", "ack", "get_empty")
     for connection, channel in snapshot.channels():
         yield (channel_name(connection, channel),), tuple(channel.counts[key] for key in keys)
 
@@ -130,15 +161,17 @@ def _connection_octets(snapshot: Snapshot) -> Iterator[Row]:
         yield (connection.name,), (connection.recv_oct, connection.send_oct)
 
 
-def _connection_channels(snapshot: Snapshot) -> Iterator[Row]:
-    for connection in snapshot.connections():
-        yield (connection.name,), (len(connection.channels),)
+def _connection_metrics(snapshot: Snapshot) -> Iterator[Row]:
+    for c in snapshot.connections():
+        yield (c.name,), (c.recv_cnt, c.send_cnt, c.send_pend, len(c.channels))
 
 
-def _connection_churn(snapshot: Snapshot) -> Iterator[Row]:
+def _churn(snapshot: Snapshot) -> Iterator[Row]:
     churn = snapshot.churn()
-    if churn is not None:
-        yield (), (churn.opened, churn.closed)
+    counters = snapshot.broker.stats.counters
+    connections = (churn.opened, churn.closed) if churn is not None else (0, 0)
+    channels = (counters.channels_opened, counters.channels_closed)
+    yield (), (*connections, *channels, counters.queues_declared, counters.queues_created, counters.queues_deleted)
 
 
 def _node_coarse(snapshot: Snapshot) -> Iterator[Row]:
@@ -183,8 +216,13 @@ FAMILIES: Final[dict[str, Family]] = {
         (
             _counter("connections_opened_total", "Total number of connections opened"),
             _counter("connections_closed_total", "Total number of connections closed or terminated"),
+            _counter("channels_opened_total", "Total number of channels opened"),
+            _counter("channels_closed_total", "Total number of channels closed"),
+            _counter("queues_declared_total", "Total number of queues declared"),
+            _counter("queues_created_total", "Total number of queues created"),
+            _counter("queues_deleted_total", "Total number of queues deleted"),
         ),
-        _connection_churn,
+        _churn,
     ),
     "node_coarse_metrics": Family(
         (),
@@ -219,7 +257,12 @@ FAMILIES: Final[dict[str, Family]] = {
         QUEUE,
         (
             _gauge("queue_consumers", "Consumers on a queue"),
+            _gauge("queue_consumer_utilisation", "Consumer utilisation"),
             _gauge("queue_messages_ready_bytes", "Size in bytes of ready messages"),
+            _gauge("queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages"),
+            _gauge("queue_messages_bytes", "Size in bytes of ready and unacknowledged messages"),
+            _counter("queue_disk_reads_total", "Total number of times queue read messages from disk"),
+            _counter("queue_disk_writes_total", "Total number of times queue wrote messages to disk"),
         ),
         _queue_metrics,
     ),
@@ -230,6 +273,9 @@ FAMILIES: Final[dict[str, Family]] = {
             _gauge("channel_messages_unacked", "Delivered but not yet acknowledged messages"),
             _gauge("consumer_prefetch", "Limit of unacknowledged messages for each consumer"),
             _gauge("channel_prefetch", "Total limit of unacknowledged messages for all consumers on a channel"),
+            _gauge("channel_messages_unconfirmed", "Published but not yet confirmed messages"),
+            _gauge("channel_messages_uncommitted", "Messages received in a transaction but not yet committed"),
+            _gauge("channel_acks_uncommitted", "Message acknowledgements in a transaction not yet committed"),
         ),
         _channel_metrics,
     ),
@@ -247,6 +293,10 @@ FAMILIES: Final[dict[str, Family]] = {
                 "channel_messages_unroutable_returned_total",
                 "Total number of messages published as mandatory into an exchange and returned to the publisher "
                 "as unroutable",
+            ),
+            _counter(
+                "channel_messages_unroutable_dropped_total",
+                "Total number of messages published as non-mandatory into an exchange and dropped as unroutable",
             ),
         ),
         _channel_publishes,
@@ -271,6 +321,7 @@ FAMILIES: Final[dict[str, Family]] = {
             ),
             _counter("channel_messages_redelivered_total", "Total number of messages redelivered to consumers"),
             _counter("channel_messages_acked_total", "Total number of messages acknowledged by consumers"),
+            _counter("channel_get_empty_total", "Total number of times basic.get operations fetched no message"),
         ),
         _channel_deliveries,
     ),
@@ -283,7 +334,14 @@ FAMILIES: Final[dict[str, Family]] = {
         _connection_octets,
     ),
     "connection_metrics": Family(
-        CONNECTION, (_gauge("connection_channels", "Channels on a connection"),), _connection_channels
+        CONNECTION,
+        (
+            _counter("connection_incoming_packets_total", "Total number of packets received on a connection"),
+            _counter("connection_outgoing_packets_total", "Total number of packets sent on a connection"),
+            _gauge("connection_pending_packets", "Number of packets waiting to be sent on a connection"),
+            _gauge("connection_channels", "Channels on a connection"),
+        ),
+        _connection_metrics,
     ),
     # RabbitMQ labels these by channel, queue and exchange; Lavin counts per queue.
     "channel_queue_exchange_metrics": Family(
@@ -361,6 +419,17 @@ RABBITMQ_QUEUE_TYPES: Final = {
 # message statistics: the keys of lavin.broker.runtime.stats' counts each one adds up.
 GLOBAL_COUNTERS: Final = (
     ("messages_received_total", "Total number of messages received from publishers", ("publish",)),
+    (
+        "messages_received_confirm_total",
+        "Total number of messages received from publishers expecting confirmations",
+        ("received_confirm",),
+    ),
+    ("messages_routed_total", "Total number of messages routed to queues or streams", ("routed",)),
+    (
+        "messages_unroutable_dropped_total",
+        "Total number of messages published as non-mandatory into an exchange and dropped as unroutable",
+        ("drop_unroutable",),
+    ),
     ("messages_confirmed_total", "Total number of messages confirmed to publishers", ("confirm",)),
     (
         "messages_unroutable_returned_total",
@@ -394,8 +463,17 @@ GLOBAL_COUNTERS: Final = (
     ),
     ("messages_redelivered_total", "Total number of messages redelivered to consumers", ("redeliver",)),
     ("messages_acknowledged_total", "Total number of messages acknowledged by consumers", ("ack",)),
+    ("messages_get_empty_total", "Total number of times basic.get operations fetched no message", ("get_empty",)),
 )
 PROTOCOL: Final = ("amqp091",)
+# RabbitMQ's dead-lettered counters (<prefix>_global_messages_dead_lettered_<reason>_total).
+DEAD_LETTERED: Final = (
+    ("delivery_limit", "Total number of messages dead-lettered due to delivery-limit exceeded"),
+    ("expired", "Total number of messages dead-lettered due to message TTL exceeded"),
+    ("maxlen", "Total number of messages dead-lettered due to overflow drop-head or reject-publish-dlx"),
+    ("rejected", "Total number of messages dead-lettered due to basic.reject or basic.nack"),
+)
+DEAD_LETTERING_QUEUE_TYPES: Final = ("rabbit_classic_queue", "rabbit_quorum_queue")
 
 
 @dataclass(frozen=True)
@@ -427,6 +505,8 @@ class BrokerCollector(Collector):
                 yield from _emit(CLUSTER_FAMILIES[name], f"{prefix}_cluster_", self.snapshot, per_object=True)
             if asked & QUEUE_FAMILIES:
                 yield self._queue_info(f"{prefix}_detailed_")
+        elif self.scrape.view == MEMORY_BREAKDOWN:
+            yield from self._memory_breakdown()
         else:
             per_object = self.scrape.view == PER_OBJECT
             for name, family in FAMILIES.items():
@@ -456,6 +536,28 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(f"{prefix}_consumers", "Consumers currently connected", value=consumers)
         yield GaugeMetricFamily(f"{prefix}_queues", "Queues available", value=len(queues))
 
+    def _memory_breakdown(self) -> Iterator[Metric]:
+        """RabbitMQ's node memory families that Lavin has a counterpart of, and the rest of
+        the resident memory as its runtime's other memory, so that they add up to it."""
+        breakdown = self.snapshot.memory_breakdown()
+        rest = max(resident_memory() - breakdown.attributed, 0)
+        prefix = f"{self.scrape.prefix}_memory_"
+        for name, help_text, amount in (
+            ("classic_queue_erlang_process_bytes", "Classic queue processes footprint in bytes", breakdown.queues),
+            (
+                "client_connection_reader_bytes",
+                "Client connection reader processes footprint in bytes",
+                breakdown.connection_readers,
+            ),
+            (
+                "client_connection_writer_bytes",
+                "Client connection writer processes footprint in bytes",
+                breakdown.connection_writers,
+            ),
+            ("other_system_bytes", "Other runtime footprint in bytes", rest),
+        ):
+            yield GaugeMetricFamily(f"{prefix}{name}", help_text, value=amount)
+
     def _alarms(self) -> Iterator[Metric]:
         active = self.snapshot.broker.alarms.active
         prefix = f"{self.scrape.prefix}_alarms_"
@@ -483,6 +585,45 @@ class BrokerCollector(Collector):
         consumers = GaugeMetricFamily(f"{prefix}consumers", "Current number of consumers", labels=("protocol",))
         consumers.add_metric(PROTOCOL, sum(queue.consumer_count for queue in snapshot.queues()))
         yield consumers
+        # RabbitMQ's publisher: a channel that has published.
+        publishers = GaugeMetricFamily(f"{prefix}publishers", "Current number of publishers", labels=("protocol",))
+        publishers.add_metric(PROTOCOL, sum(1 for _, channel in snapshot.channels() if channel.counts["publish"]))
+        yield publishers
+        yield from self._dead_lettered(prefix)
+        yield self._message_sizes()
+
+    def _dead_lettered(self, prefix: str) -> Iterator[Metric]:
+        counted: Counter[tuple[str, str, str]] = Counter()
+        for (kind, strategy, reason), count in self.snapshot.broker.stats.counters.dead_lettered.items():
+            counted[(RABBITMQ_QUEUE_TYPES.get(kind, kind), strategy, reason)] += count
+        labels = ("queue_type", "dead_letter_strategy")
+        for reason, help_text in DEAD_LETTERED:
+            counter = CounterMetricFamily(f"{prefix}messages_dead_lettered_{reason}_total", help_text, labels=labels)
+            # RabbitMQ's series start at 0 for each queue type and strategy that dead-letters.
+            kinds = {kind for kind, _, counted_reason in counted if counted_reason == reason}
+            for kind in sorted(kinds | set(DEAD_LETTERING_QUEUE_TYPES)):
+                for strategy in DEAD_LETTER_STRATEGIES:
+                    counter.add_metric((kind, strategy), counted[(kind, strategy, reason)])
+            yield counter
+        confirmed = CounterMetricFamily(
+            f"{prefix}messages_dead_lettered_confirmed_total",
+            "Total number of messages dead-lettered and confirmed by target queues",
+            labels=labels,
+        )
+        confirmed.add_metric(("rabbit_quorum_queue", "at_least_once"), 0)  # Lavin dead-letters at most once
+        yield confirmed
+
+    def _message_sizes(self) -> Metric:
+        counts = self.snapshot.broker.stats.counters.message_size_counts
+        histogram = HistogramMetricFamily(
+            f"{self.scrape.prefix}_message_size_bytes",
+            "Size of messages received from publishers",
+            labels=("protocol",),
+        )
+        cumulative = list(accumulate(counts[: INFINITE_BUCKET + 1]))
+        bounds = [_bucket_label(bound) for bound in MESSAGE_SIZE_BOUNDS] + ["+Inf"]
+        histogram.add_metric(PROTOCOL, list(zip(bounds, cumulative, strict=True)), counts[MESSAGE_SIZE_SUM])
+        return histogram
 
     def _queue_info(self, prefix: str) -> Metric:
         info = GaugeMetricFamily(
@@ -529,6 +670,12 @@ class BrokerCollector(Collector):
         )
         identity.add_metric((node, node, self.scrape.view), 1)
         yield identity
+
+
+def _bucket_label(bound: int) -> str:
+    """A bucket's `le` as Prometheus clients write it (Go's float format), as RabbitMQ's
+    dashboard queries it: 100.0 ... 100000.0, then 1e+06, 5e+07."""
+    return f"{bound:.1f}" if bound < 1_000_000 else f"{bound:.0e}"
 
 
 def _emit(family: Family, prefix: str, snapshot: Snapshot, *, per_object: bool) -> Iterator[Metric]:

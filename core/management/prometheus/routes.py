@@ -1,5 +1,5 @@
 """The Prometheus endpoints, as RabbitMQ's prometheus plugin serves them: `/metrics`
-(aggregated), `/metrics/per-object` and `/metrics/detailed`.
+(aggregated), `/metrics/per-object`, `/metrics/detailed` and `/metrics/memory-breakdown`.
 
 They are served on their own listener without authentication (`[main] metrics_http_port`,
 like RabbitMQ's port 15692) and on the management API's, where only a `monitoring` or
@@ -24,6 +24,7 @@ from lavin.management.prometheus.families import (
     AGGREGATED,
     DETAILED,
     KNOWN_FAMILIES,
+    MEMORY_BREAKDOWN,
     PER_OBJECT,
     PREFIXES,
     BrokerCollector,
@@ -36,7 +37,7 @@ from prometheus_client import generate_latest
 # The text format generate_latest writes; Prometheus 2 and 3 both read it.
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 MAX_QUEUE_FILTER_LENGTH: Final = 2000  # RabbitMQ's
-VIEWS: Final = {"": AGGREGATED, PER_OBJECT: PER_OBJECT, DETAILED: DETAILED}
+VIEWS: Final = {"": AGGREGATED, PER_OBJECT: PER_OBJECT, DETAILED: DETAILED, MEMORY_BREAKDOWN: MEMORY_BREAKDOWN}
 
 routes = web.RouteTableDef()
 

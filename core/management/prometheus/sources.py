@@ -19,6 +19,8 @@ from lavin.broker.queues.queue import Queue
 from lavin.broker.routing.exchange import Exchange
 from lavin.broker.runtime.stats import ChannelSnapshot, ConnectionSnapshot
 from lavin.broker.vhost import VHost
+from lavin.storage.segments.decoded_window import window_bytes
+from lavin.storage.segments.segment_store import resident_bytes
 
 CHURN_PLUGIN: Final = "lavin.management.connection-churn"
 
@@ -59,8 +61,20 @@ class HoldsDeliveries(Protocol):
     """A live channel (the protocol layer's, a ChannelSnapshot's key): its unacked deliveries."""
 
     @property
-    def unacked(self) -> Mapping[int, tuple[object, int, object]]:
-        """Delivery tag -> (where it settles, message id, consumer; None for basic.get)."""
+    def unacked(self) -> Mapping[int, tuple[object, int, object, int]]:
+        """Delivery tag -> (where it settles, message id, consumer (None for basic.get),
+        body size)."""
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    queues: int  # non-durable queues' records not written yet, and decoded messages kept
+    connection_readers: int  # message bodies being received
+    connection_writers: int  # bytes waiting in the sockets' write buffers
+
+    @property
+    def attributed(self) -> int:
+        return self.queues + self.connection_readers + self.connection_writers
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,7 @@ class Snapshot:
     filter: ObjectFilter = field(default_factory=ObjectFilter)
     _connections: list[ConnectionSnapshot] | None = None
     _unacked: Counter[Queue] | None = None
+    _unacked_bytes: Counter[Queue] | None = None
 
     def vhosts(self) -> Iterator[VHost]:
         for name, vhost in self.broker.vhosts.items():
@@ -120,19 +135,40 @@ class Snapshot:
         """Messages of `queue` delivered and not yet acknowledged, on every channel: those
         of consumers since cancelled and of basic.get included, as RabbitMQ counts them."""
         if self._unacked is None:
-            counts: Counter[Queue] = Counter()
-            for _, channel in self.channels():
-                if isinstance(channel.key, HoldsDeliveries):
-                    for settles, _, consumer in channel.key.unacked.values():
-                        # A stream's deliveries settle on the consumer's reader.
-                        owner = settles if isinstance(settles, Queue) else getattr(consumer, "queue", None)
-                        if isinstance(owner, Queue):
-                            counts[owner] += 1
-            self._unacked = counts
+            self._count_unacked()
+        assert self._unacked is not None
         return self._unacked[queue]
+
+    def unacked_bytes(self, queue: Queue) -> int:
+        """The body bytes of the messages `unacked` counts."""
+        if self._unacked_bytes is None:
+            self._count_unacked()
+        assert self._unacked_bytes is not None
+        return self._unacked_bytes[queue]
+
+    def _count_unacked(self) -> None:
+        counts: Counter[Queue] = Counter()
+        sizes: Counter[Queue] = Counter()
+        for _, channel in self.channels():
+            if isinstance(channel.key, HoldsDeliveries):
+                for settles, _, consumer, size in channel.key.unacked.values():
+                    # A stream's deliveries settle on the consumer's reader.
+                    owner = settles if isinstance(settles, Queue) else getattr(consumer, "queue", None)
+                    if isinstance(owner, Queue):
+                        counts[owner] += 1
+                        sizes[owner] += size
+        self._unacked, self._unacked_bytes = counts, sizes
 
     def churn(self) -> ConnectionChurn | None:
         return ConnectionChurn.of(self.broker)
+
+    def memory_breakdown(self) -> MemoryBreakdown:
+        """What of the process' memory Lavin can attribute, in bytes."""
+        return MemoryBreakdown(
+            queues=resident_bytes() + window_bytes(),
+            connection_readers=self.broker.alarms.partial_bodies,
+            connection_writers=sum(connection.send_pend for connection in self.connections()),
+        )
 
     # ---- the process ---------------------------------------------------------------------
 

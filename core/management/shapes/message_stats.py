@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from lavin.broker.queues.queue import Queue
 from lavin.broker.routing.exchange import Exchange
-from lavin.broker.runtime.stats import Counts, MessageStats, vhost_key
+from lavin.broker.runtime.stats import GLOBAL_ONLY_KEYS, Counts, MessageStats, vhost_key
 
 DELIVER_GET_PARTS: Final = ("deliver", "deliver_no_ack", "get", "get_no_ack")
 
@@ -24,6 +24,7 @@ def with_rates(counts: Counts, rates: dict[str, float]) -> dict[str, Any]:
 
 def message_stats_json(counts: Counts, rates: dict[str, float]) -> dict[str, Any]:
     """RabbitMQ's `message_stats` for counts under its names (with their sampled rates)."""
+    counts = {key: value for key, value in counts.items() if key not in GLOBAL_ONLY_KEYS}
     if all(part in counts for part in DELIVER_GET_PARTS):
         counts = {**counts, "deliver_get": sum(counts[part] for part in DELIVER_GET_PARTS)}
         rates = {**rates, "deliver_get": sum(rates.get(part, 0.0) for part in DELIVER_GET_PARTS)}

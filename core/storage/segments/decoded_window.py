@@ -36,6 +36,11 @@ class _Budget:
 _budget: Final = _Budget()
 
 
+def window_bytes() -> int:
+    """What every store's window holds, in the bytes the budget counts."""
+    return _budget.used
+
+
 class DecodedWindow:
     """(id, record size, message, cost) of recent appends, in id order."""
 

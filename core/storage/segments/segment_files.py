@@ -140,12 +140,13 @@ class ReadWindow:
     Keyed by the segment, not its fd: the fd number of a deleted segment is reused.
     """
 
-    __slots__ = ("data", "segment", "start")
+    __slots__ = ("data", "reads", "segment", "start")
 
     def __init__(self) -> None:
         self.segment: SegmentFile | None = None
         self.start = 0
         self.data = b""
+        self.reads = 0  # preads so far (a queue's disk reads)
 
     def locate(self, segment: SegmentFile, position: int) -> tuple[bytes, int, int]:
         """A buffer holding the whole record at `position`, its offset there, its size.
@@ -158,8 +159,10 @@ class ReadWindow:
             if offset + size <= len(data):
                 return data, offset, size
         data = os.pread(segment.fd, _READ_AHEAD, position)
+        self.reads += 1
         size = record_size(data, 0)
         if size > len(data):
+            self.reads += 1
             # Capped at the file's end: a damaged length field must not allocate gigabytes.
             data = os.pread(segment.fd, min(size, os.fstat(segment.fd).st_size - position), position)
         self.segment, self.start, self.data = segment, position, data

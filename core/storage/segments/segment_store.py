@@ -147,6 +147,7 @@ class SegmentStore:
         "_dir_changed",
         "_dir_made",
         "_directory",
+        "_disk_writes",
         "_idle_after_sync",
         "_last_push_body_size",
         "_last_push_end",
@@ -186,6 +187,7 @@ class SegmentStore:
         self._write_dirty = False  # persistent records in the write segment since the last flush
         self._cursor_reader = ReadWindow()
         self._random_reader = ReadWindow()
+        self._disk_writes = 0  # writes of records to segment files
         self._requeued: list[int] = []  # heap of ids before the cursor; its top is never removed
         self._removed_requeued: set[int] = set()  # ids in the heap that `remove` dropped
         self._requeued_ready = 0  # ids in the heap not removed
@@ -412,6 +414,14 @@ class SegmentStore:
         return self._ready
 
     @property
+    def disk_reads(self) -> int:
+        return self._cursor_reader.reads + self._random_reader.reads
+
+    @property
+    def disk_writes(self) -> int:
+        return self._disk_writes
+
+    @property
     def ready_bytes(self) -> int:
         """Body bytes of the ready messages."""
         return self._ready_bytes
@@ -635,6 +645,7 @@ class SegmentStore:
     def _write_segment_out(self, segment: _Segment) -> None:
         if segment.unwritten_size:
             write_parts_at(self._segment_fd(segment), segment.unwritten, segment.size)
+            self._disk_writes += 1
             segment.size += segment.unwritten_size
             self._forget_unwritten(segment)
 
