@@ -33,6 +33,7 @@ HOT_MODULES = (
     "broker/queues/expiry.py",
     "broker/queues/flow.py",
     "broker/runtime/group_commit.py",
+    "broker/runtime/message_sizes.py",
     "broker/queues/host.py",
     "broker/routing/host.py",
     "broker/queues/queue.py",

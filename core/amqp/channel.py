@@ -29,7 +29,6 @@ from lavin.broker.queues.expiry import message_expiration
 from lavin.broker.queues.queue import NEEDS_SYNC, MessageQueue, Queue
 from lavin.broker.routing.direct_reply import rewrite_reply_to
 from lavin.broker.routing.exchange import Exchange
-from lavin.broker.runtime.counters import BUCKET_UPPER_BOUNDS, FIRST_BUCKET_BY_BIT_LENGTH, MESSAGE_SIZE_SUM
 from lavin.broker.runtime.stats import ChannelSnapshot, ConsumerSnapshot
 from lavin.broker.vhost import UNROUTED
 from pamqp import commands
@@ -47,9 +46,6 @@ _USER_ID: Final = 0x10  # flag 0x0010: the low byte of the flag word
 _IMMEDIATE: Final = 0x02  # the second bit of basic.publish's flags
 # Bodies of several frames allocated whole before their frames are in, across connections.
 PREALLOCATED_BODIES_MAX: Final = 256 * 1024 * 1024
-# The message size histogram's tables, as this module's constants (static in compiled code).
-_FIRST_SIZE_BUCKET: Final[tuple[int, ...]] = FIRST_BUCKET_BY_BIT_LENGTH
-_SIZE_BUCKET_BOUNDS: Final[tuple[int, ...]] = BUCKET_UPPER_BOUNDS
 
 # An unacked delivery: where it settles, the store's message id, the consumer (None for
 # basic.get), and its body's size (for the unacked bytes, summed when a scrape asks).
@@ -114,7 +110,7 @@ class Channel:
         self.got_no_ack = 0
         self.redelivered = 0
         self.acked = 0
-        self.message_size_counts = connection.broker.stats.counters.message_size_counts  # shared, the broker's
+        self.message_sizes = connection.broker.stats.counters.message_sizes  # shared, the broker's
 
     # ---- frames in -----------------------------------------------------------------------
 
@@ -418,13 +414,7 @@ class Channel:
         connection = self.connection
         status = self.vhost.publish(exchange, message, connection.flow)
         self.published += 1
-        size = len(message.body)
-        bucket: int = _FIRST_SIZE_BUCKET[size.bit_length()]
-        if size > _SIZE_BUCKET_BOUNDS[bucket]:
-            bucket += 1
-        sizes = self.message_size_counts
-        sizes[bucket] += 1
-        sizes[MESSAGE_SIZE_SUM] += size
+        self.message_sizes.add(len(message.body))
         if not status & UNROUTED:
             self.routed += 1
         elif mandatory:

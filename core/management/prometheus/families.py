@@ -33,12 +33,8 @@ from lavin.broker.policy.arguments import queue_type_name
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.broker.runtime.alarms import DISK, MEMORY, resident_memory
-from lavin.broker.runtime.counters import (
-    DEAD_LETTER_STRATEGIES,
-    INFINITE_BUCKET,
-    MESSAGE_SIZE_BOUNDS,
-    MESSAGE_SIZE_SUM,
-)
+from lavin.broker.runtime.counters import DEAD_LETTER_STRATEGIES
+from lavin.broker.runtime.message_sizes import MESSAGE_SIZE_BOUNDS
 from lavin.management.prometheus.sources import Snapshot
 from lavin.management.shapes.runtime import RABBITMQ_VERSION, channel_name
 from prometheus_client.metrics_core import (
@@ -614,15 +610,15 @@ class BrokerCollector(Collector):
         yield confirmed
 
     def _message_sizes(self) -> Metric:
-        counts = self.snapshot.broker.stats.counters.message_size_counts
+        sizes = self.snapshot.broker.stats.counters.message_sizes
         histogram = HistogramMetricFamily(
             f"{self.scrape.prefix}_message_size_bytes",
             "Size of messages received from publishers",
             labels=("protocol",),
         )
-        cumulative = list(accumulate(counts[: INFINITE_BUCKET + 1]))
+        cumulative = list(accumulate(sizes.counts()))
         bounds = [_bucket_label(bound) for bound in MESSAGE_SIZE_BOUNDS] + ["+Inf"]
-        histogram.add_metric(PROTOCOL, list(zip(bounds, cumulative, strict=True)), counts[MESSAGE_SIZE_SUM])
+        histogram.add_metric(PROTOCOL, list(zip(bounds, cumulative, strict=True)), sizes.total_bytes)
         return histogram
 
     def _queue_info(self, prefix: str) -> Metric:
