@@ -91,7 +91,7 @@ def test_plugins_listing_imports_no_plugin() -> None:
 def captured_config(monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str]) -> Config:
     """Run `lavin serve ARGS` in-process with the server replaced; return its Config."""
     seen: list[Config] = []
-    monkeypatch.setattr("lavin.server.serve", seen.append)
+    monkeypatch.setattr("lavin.server.serve", lambda config, ready_file=None: seen.append(config))
     for key in [key for key in os.environ if key.startswith("LAVIN_")]:
         monkeypatch.delenv(key)
     result = CliRunner().invoke(cli.main, ["serve", *args], env=env)
