@@ -35,7 +35,9 @@ pytestmark = [
 def system_env(**extra: str) -> dict[str, str]:
     """A shell of a new user: no venv of the test run on PATH, no LAVIN_* settings."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("LAVIN_", "VIRTUAL_ENV", "PYTHON"))}
-    env["PATH"] = os.pathsep.join(part for part in env["PATH"].split(os.pathsep) if Path(part) != Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(
+        part for part in env["PATH"].split(os.pathsep) if Path(part) != Path(sys.executable).parent
+    )
     return {**env, **extra}
 
 
