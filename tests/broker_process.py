@@ -25,7 +25,9 @@ _instances = itertools.count(1)  # names each broker's log and ready file apart
 
 
 def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
+    """A loopback TCP port nobody listens on right now, for a server of the test's own (an
+    auth backend's). Another process may take it before that server binds it: a broker is
+    started on port 0 instead and says in its ready file which port it got."""
     return free_ports(1)[0]
 
 
