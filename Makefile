@@ -24,7 +24,7 @@ install: $(INSTALLED_VENV)/.installed-run
 	@echo "    ln -sf $(CURDIR)/$(INSTALLED_VENV)/bin/lavin ~/.local/bin/lavin"
 
 # The sdist and a wheel (compiled with mypyc for this platform) in dist/, built in an isolated
-# environment from the sdist, so a file missing from the sdist fails here. docs/install.md.
+# environment from the sdist, so a file missing from the sdist fails here. README.md, "Install".
 dist: $(VENV)/.installed-dev
 	rm -rf build dist
 	$(VENV)/bin/python -m build --outdir dist .
