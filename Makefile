@@ -10,10 +10,24 @@ SOURCES := pyproject.toml setup.py README.md $(shell find core plugins spark ben
 SOURCES += $(shell find core/management/ui -type f 2>/dev/null)  # the web UI's files ship too
 ARGS ?=
 
-.PHONY: serve test test-installed bench compare lavinmq lint typecheck clean browser rabbitmqadmin nodejs
+.PHONY: serve install dist test test-installed bench compare lavinmq lint typecheck clean browser rabbitmqadmin nodejs
 
 serve: $(INSTALLED_VENV)/.installed-run
+	@echo "lavin serve: the lavin command is $(CURDIR)/$(INSTALLED_VENV)/bin/lavin (\`make install\` puts it on PATH)"
 	$(INSTALLED_VENV)/bin/lavin serve $(ARGS)
+
+# The `lavin` of `make serve`, put on PATH: prints the line that does it for a shell.
+install: $(INSTALLED_VENV)/.installed-run
+	@echo "lavin is installed in $(CURDIR)/$(INSTALLED_VENV). To put lavin and lavin-perf on PATH in this shell:"
+	@echo "    . $(CURDIR)/$(INSTALLED_VENV)/bin/activate"
+	@echo "or in every shell (when ~/.local/bin is on PATH):"
+	@echo "    ln -sf $(CURDIR)/$(INSTALLED_VENV)/bin/lavin ~/.local/bin/lavin"
+
+# The sdist and a wheel (compiled with mypyc for this platform) in dist/, built in an isolated
+# environment from the sdist, so a file missing from the sdist fails here. README.md, "Install".
+dist: $(VENV)/.installed-dev
+	rm -rf build dist
+	$(VENV)/bin/python -m build --outdir dist .
 
 test: $(VENV)/.installed-test browser rabbitmqadmin nodejs
 	$(VENV)/bin/python -m pytest -q $(ARGS)
@@ -117,14 +131,18 @@ $(VENV)/.installed-dev: pyproject.toml | $(VENV)/bin/python
 # reinstalling. build/ is removed first because setuptools would otherwise put stale
 # modules into the wheel.
 $(INSTALLED_VENV)/.installed-run: $(SOURCES) | $(INSTALLED_VENV)/bin/python
+	@echo "Installing Lavin into $(INSTALLED_VENV), compiling its hot modules with mypyc:" \
+		"about 100 s the first time, and again only when the sources change"
 	rm -rf build
 	$(INSTALLED_VENV)/bin/python -m pip install --quiet .
 	touch $@
 
 $(INSTALLED_VENV)/.installed-test: $(SOURCES) | $(INSTALLED_VENV)/bin/python
+	@echo "Installing Lavin into $(INSTALLED_VENV), compiling its hot modules with mypyc:" \
+		"about 100 s the first time, and again only when the sources change"
 	rm -rf build
 	$(INSTALLED_VENV)/bin/python -m pip install --quiet '.[test]'
 	touch $@ $(INSTALLED_VENV)/.installed-run
 
 clean:
-	rm -rf $(VENV) $(INSTALLED_VENV) build lavin.egg-info
+	rm -rf $(VENV) $(INSTALLED_VENV) build dist lavin.egg-info

@@ -73,16 +73,22 @@ def main() -> None:
 
 @main.command()
 @config_file_option(CONFIG_FILE_FLAG.help)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Once listening, write the ports bound, as JSON, to this file (removed at shutdown). "
+    "With port 0 the broker picks free ports; this file says which.",
+)
 @setting_options
 @click.pass_context
-def serve(ctx: click.Context, /, config_file: Path | None, **options: Any) -> None:
+def serve(ctx: click.Context, /, config_file: Path | None, ready_file: Path | None, **options: Any) -> None:
     """Run the broker until SIGTERM or SIGINT."""
     explicit = {name: value for name, value in options.items() if ctx.get_parameter_source(name) in EXPLICIT_SOURCES}
     # Imported here so `lavin --version` and `lavin plugins` stay fast.
     from lavin.server import serve as run_server
 
     try:
-        run_server(resolve_config(explicit, config_file))
+        run_server(resolve_config(explicit, config_file), ready_file)
     except StartupError as exc:
         raise click.ClickException(str(exc)) from exc
 

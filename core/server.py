@@ -24,6 +24,7 @@ from lavin.listeners.management_plane import ManagementPlane
 from lavin.management.definitions.importer import load_definitions_file
 from lavin.management.recent_log import RECENT_LOG
 from lavin.plugin_registry import Registry, load_registry
+from lavin.readiness import notify_systemd, remove_ready_file, write_ready_file
 from lavin.transport.tls import TlsCertificates, TlsSetupError
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,11 @@ GC_YOUNG_THRESHOLD = 50_000  # allocations between young collections (Python's d
 LOW_OPEN_FILE_LIMIT = 1024  # below it, a few hundred clients or a long queue run out of descriptors
 
 
-def serve(config: Config) -> None:
-    """Run the broker until SIGTERM or SIGINT, then shut down gracefully."""
+def serve(config: Config, ready_file: Path | None = None) -> None:
+    """Run the broker until SIGTERM or SIGINT, then shut down gracefully.
+
+    Once it listens, `ready_file` (if given) gets the ports it bound and systemd is told.
+    """
     configure_logging(config.log_level)
     raise_open_file_limit()
     tune_allocator()
@@ -46,7 +50,7 @@ def serve(config: Config) -> None:
     with data_dir_lock(config.data_dir):
         registry = load_plugins(config)
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(run_broker(config, registry))
+            runner.run(run_broker(config, registry, ready_file))
     log.info("Stopped")
 
 
@@ -265,14 +269,20 @@ def load_certificates(config: Config) -> TlsCertificates | None:
         raise StartupError(f"TLS settings not usable: {exc}") from None
 
 
-async def run_broker(config: Config, registry: Registry) -> None:
+async def run_broker(config: Config, registry: Registry, ready_file: Path | None = None) -> None:
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, stop_requested.set)
     running = await start_broker(config, registry, stop_requested.set)
     loop.add_signal_handler(signal.SIGHUP, running.reload_certificates)
+    if ready_file is not None:
+        write_ready_file(ready_file, running.broker.listeners)
+    notify_systemd("READY=1")
     await stop_requested.wait()
+    notify_systemd("STOPPING=1")
+    if ready_file is not None:
+        remove_ready_file(ready_file)
     # A second signal now takes the default action, so a stuck shutdown can be interrupted.
     for signum in STOP_SIGNALS:
         loop.remove_signal_handler(signum)

@@ -7,16 +7,22 @@ Run it again with the same checkpoint and it carries on where the last run stopp
 after a crash: every stream offset lands in the output exactly once. Read the output with
 Spark, which skips the files of unfinished micro-batches through the sink's
 `_spark_metadata` log; plain Parquet readers would see those too.
+
+Each micro-batch prints one line: `batch 3: 200 rows, offsets 600..799`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 
 import pyspark_lavin
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.streaming.query import StreamingQuery
+
+REPORT_INTERVAL_SECONDS = 1.0  # how often a running query's new batches are printed
 
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -65,6 +71,30 @@ def start_pipeline(spark: SparkSession, arguments: argparse.Namespace) -> Stream
     return writer.start()
 
 
+def await_reporting_batches(query: StreamingQuery) -> None:
+    """Wait for the query to end, printing each micro-batch that read rows once it completes.
+    Polled, not a listener: a listener's last events may still be queued when the query ends."""
+    printed = -1
+    while True:
+        finished = query.awaitTermination(REPORT_INTERVAL_SECONDS)
+        for progress in query.recentProgress:
+            if progress.batchId > printed and progress.numInputRows > 0:
+                print(batch_line(progress), flush=True)
+                printed = progress.batchId
+        if finished:
+            return
+
+
+def batch_line(progress: StreamingQueryProgress) -> str:
+    """`batch N: R rows, offsets FIRST..LAST`: a source offset is the next stream offset to
+    read, so a batch covers [its start, its end). A query's first batch has no start offset."""
+    rows = progress.numInputRows
+    [source] = progress.sources
+    end = json.loads(source.endOffset)["offset"]
+    start = json.loads(source.startOffset)["offset"] if source.startOffset else end - rows
+    return f"batch {progress.batchId}: {rows} rows, offsets {start}..{end - 1}"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     arguments = parse_arguments(argv)
     builder = SparkSession.builder.appName(f"lavin-{arguments.queue}-to-parquet")
@@ -73,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     spark = builder.getOrCreate()
     # Spark finds the source by itself after a regular install; an editable one hides it.
     pyspark_lavin.register(spark)
-    start_pipeline(spark, arguments).awaitTermination()
+    await_reporting_batches(start_pipeline(spark, arguments))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ interpreter imports: the source tree in an editable install, site-packages other
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import os
 import signal
 import socket
@@ -19,10 +21,13 @@ from pathlib import Path
 from typing import IO
 
 START_TIMEOUT = 15.0
+_instances = itertools.count(1)  # names each broker's log and ready file apart
 
 
 def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
+    """A loopback TCP port nobody listens on right now, for a server of the test's own (an
+    auth backend's). Another process may take it before that server binds it: a broker is
+    started on port 0 instead and says in its ready file which port it got."""
     return free_ports(1)[0]
 
 
@@ -52,8 +57,12 @@ def port_accepts(port: int, host: str = "127.0.0.1") -> bool:
 
 
 class BrokerProcess:
-    """One `lavin serve` child process on a fixed loopback port.
+    """One `lavin serve` child process on loopback.
 
+    The broker binds port 0 itself and names the ports it got in its ready file
+    (`--ready-file`), so no other process can take a port between picking and binding it.
+    They are known once `start` returns; a restart asks for the same ports again, so that
+    clients find the broker where it was. `port` fixes the AMQP port instead.
     `env` replaces the environment; by default it is the test's own minus LAVIN_* variables.
     """
 
@@ -70,14 +79,24 @@ class BrokerProcess:
         self.data_dir = Path(data_dir)
         self.extra_args = tuple(extra_args)
         self.env = dict(env) if env is not None else None
-        amqp_port, self.http_port, self.metrics_port = free_ports(3)
-        self.port = port if port is not None else amqp_port
-        self.url = f"amqp://guest:guest@{self.host}:{self.port}/%2F"
-        self.http_url = f"http://{self.host}:{self.http_port}"
+        self.port = port if port is not None else 0  # 0 until started: the broker picks
+        self.http_port = 0
+        self.metrics_port = 0
+        self.listeners: dict[str, int] = {}  # RabbitMQ's protocol name ("amqp/ssl", "https", ...) -> port
         # Next to the data dir, so a restart keeps appending to one log.
-        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker-{self.port}.log"
+        name = f"{self.data_dir.name}-broker-{next(_instances)}"
+        self.log_path = self.data_dir.parent / f"{name}.log"
+        self.ready_path = self.data_dir.parent / f"{name}.ready.json"
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
 
     @property
     def command(self) -> list[str]:
@@ -89,6 +108,7 @@ class BrokerProcess:
             "--http-port", str(self.http_port),
             "--metrics-http-port", str(self.metrics_port),
             "--log-level", "info",
+            "--ready-file", str(self.ready_path),
             *self.extra_args,
         ]  # fmt: skip
 
@@ -111,24 +131,34 @@ class BrokerProcess:
             return ""
 
     def start(self) -> None:
-        """Start the broker and return once its AMQP port accepts connections."""
+        """Start the broker and return once it listens, with the ports it bound known."""
         if self.running:
             raise RuntimeError(f"broker on port {self.port} is already running")
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.ready_path.unlink(missing_ok=True)
         env = hermetic_env() if self.env is None else dict(self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in _reap
         self._process = subprocess.Popen(self.command, stdout=self._log_file, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + START_TIMEOUT
-        while not port_accepts(self.port, self.host):
+        while not self.ready_path.exists():
             code = self._process.poll()
             if code is not None:
                 self._reap()
-                raise RuntimeError(f"broker exited with {code} before listening on {self.port}:\n{self.output}")
+                raise RuntimeError(f"broker exited with {code} before it was ready:\n{self.output}")
             if time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(f"broker not listening on {self.port} after {START_TIMEOUT}s:\n{self.output}")
+                raise RuntimeError(f"broker not ready after {START_TIMEOUT}s:\n{self.output}")
             time.sleep(0.05)
+        self._read_ready_file()
+
+    def _read_ready_file(self) -> None:
+        """Take the ports from the ready file; it is written whole, so it parses once it exists."""
+        report = json.loads(self.ready_path.read_text())
+        self.listeners = {listener["protocol"]: listener["port"] for listener in report["listeners"]}
+        self.port = self.listeners.get("amqp", self.port)
+        self.http_port = self.listeners.get("http", self.http_port)
+        self.metrics_port = self.listeners.get("http/prometheus", self.metrics_port)
 
     def stop(self, timeout: float = 10) -> int:
         """SIGTERM and wait; return the exit code. Kills the process if it hangs."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pika
 import pytest
-from broker_process import BrokerFactory, BrokerProcess, free_port, hermetic_env
+from broker_process import BrokerFactory, BrokerProcess, hermetic_env
 from control_helpers import api, api_path, control_socket, ctl, ctl_ok, login, rows
 
 LOGIN_REFUSED = pika.exceptions.ProbableAuthenticationError
@@ -394,7 +394,7 @@ def test_a_socket_in_use_stops_start_up(tmp_path: Path) -> None:
         ini = tmp_path / "lavin.ini"
         ini.write_text(f"[main]\ncontrol_unix_path = {socket_path}\n")
         command = [sys.executable, "-m", "lavin", "serve", "--data-dir", str(tmp_path / "data"),
-                   "--amqp-port", str(free_port()), "--config", str(ini)]  # fmt: skip
+                   "--amqp-port", "0", "--config", str(ini)]  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, timeout=30, env=hermetic_env())
     assert result.returncode == 1
     assert f"control socket {socket_path} is in use by another process" in result.stderr
@@ -413,7 +413,7 @@ def test_a_data_dir_too_deep_for_a_socket_path_starts_without_one(tmp_path: Path
     ini = tmp_path / "lavin.ini"
     ini.write_text(f"[main]\ncontrol_unix_path = {deep / 'control.sock'}\n")
     command = [sys.executable, "-m", "lavin", "serve", "--data-dir", str(tmp_path / "data"),
-               "--amqp-port", str(free_port()), "--config", str(ini)]  # fmt: skip
+               "--amqp-port", "0", "--config", str(ini)]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=30, env=hermetic_env())
     assert result.returncode == 1
     assert "cannot create control socket" in result.stderr

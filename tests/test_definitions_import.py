@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pika
 import pytest
-from broker_process import BrokerFactory, BrokerProcess, free_port, hermetic_env
+from broker_process import BrokerFactory, BrokerProcess, hermetic_env
 from control_helpers import api, ctl, ctl_ok, login, rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rabbitmq-definitions.json"
@@ -118,7 +118,7 @@ def test_a_bad_load_definitions_file_stops_start_up(tmp_path: Path, content: byt
     ini = tmp_path / "lavin.ini"
     ini.write_text(f"[main]\nload_definitions = {definitions}\n")
     command = [sys.executable, "-m", "lavin", "serve", "--data-dir", str(tmp_path / "data"),
-               "--amqp-port", str(free_port()), "--config", str(ini)]  # fmt: skip
+               "--amqp-port", "0", "--config", str(ini)]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=30, env=hermetic_env())
     assert result.returncode == 1
     assert reason in result.stderr

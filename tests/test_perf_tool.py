@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, free_port, stop_quietly
-from helpers import eventually
+from broker_process import BrokerProcess, stop_quietly
 from tls_certs import TlsFiles, write_tls_files
 
 HOST = "127.0.0.1"
@@ -48,16 +47,12 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
 
 @pytest.fixture(scope="module")
 def tls_broker(tmp_path_factory: pytest.TempPathFactory, tls_files: TlsFiles) -> Iterator[TlsBroker]:
-    amqps_port, https_port = free_port(), free_port()
     args = ["--tls-cert", str(tls_files.server.cert), "--tls-key", str(tls_files.server.key),
-            "--amqps-port", str(amqps_port), "--https-port", str(https_port)]  # fmt: skip
+            "--amqps-port", "0", "--https-port", "0"]  # fmt: skip
     process = BrokerProcess(tmp_path_factory.mktemp("perf-tls") / "data", extra_args=args)
-    process.start()
+    process.start()  # returns once every listener is up, TLS ones included
     try:
-        # From the log: a probe connection would be a failed TLS handshake of its own.
-        lines = (f"Listening on amqps://{HOST}:{amqps_port}", f"Listening on https://{HOST}:{https_port}")
-        eventually(lambda: all(line in process.output for line in lines))
-        yield TlsBroker(process, amqps_port, https_port, tls_files.ca)
+        yield TlsBroker(process, process.listeners["amqp/ssl"], process.listeners["https"], tls_files.ca)
     finally:
         stop_quietly(process)
     assert "Traceback" not in process.output

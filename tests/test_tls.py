@@ -24,7 +24,7 @@ from typing import Any
 import pika
 import pytest
 import requests
-from broker_process import BrokerFactory, BrokerProcess, free_port, hermetic_env, port_accepts, stop_quietly
+from broker_process import BrokerFactory, BrokerProcess, hermetic_env, stop_quietly
 from control_helpers import ctl, ctl_ok
 from cryptography import x509
 from helpers import closes_channel, eventually, unique_name
@@ -92,22 +92,13 @@ def tls_settings(files: TlsFiles, **extra: str) -> dict[str, str]:
 
 
 def start_tls_broker(directory: Path, main: Mapping[str, str]) -> TlsBroker:
-    """A broker with these [main] settings in its config file, on free AMQPS and HTTPS ports;
-    returned once both TLS listeners are up."""
+    """A broker with these [main] settings in its config file, on AMQPS and HTTPS ports it
+    picks; returned once both TLS listeners are up (they are in its ready file)."""
     config = write_config(directory, {"data_dir": str(directory / "data"), **main})
-    amqps_port, https_port = free_port(), free_port()
-    args = ["--config", str(config), "--amqps-port", str(amqps_port), "--https-port", str(https_port)]
+    args = ["--config", str(config), "--amqps-port", "0", "--https-port", "0"]
     process = BrokerProcess(directory / "data", extra_args=args)
     process.start()
-    broker = TlsBroker(process, amqps_port, https_port, config)
-    try:
-        # The log, not a probe connection: a probe would be a failed handshake of its own.
-        log_line(process, f"Listening on amqps://{HOST}:{amqps_port}")
-        log_line(process, f"Listening on https://{HOST}:{https_port}")
-    except BaseException:
-        process.kill()
-        raise
-    return broker
+    return TlsBroker(process, process.listeners["amqp/ssl"], process.listeners["https"], config)
 
 
 @contextmanager
@@ -556,10 +547,8 @@ def test_plain_http_on_the_https_port_fails_and_the_http_port_keeps_working(mtls
 
 
 def test_no_tls_listener_without_a_certificate(broker_factory: BrokerFactory) -> None:
-    amqps_port, https_port = free_port(), free_port()
-    broker = broker_factory(["--amqps-port", str(amqps_port), "--https-port", str(https_port)])
-    assert not port_accepts(amqps_port)
-    assert not port_accepts(https_port)
+    broker = broker_factory(["--amqps-port", "0", "--https-port", "0"])
+    assert set(broker.listeners) == {"amqp", "http", "http/prometheus"}
     assert "Listening on amqps://" not in broker.output
     assert "Listening on https://" not in broker.output
     assert any("amqps" in line.lower() and "tls_cert" in line for line in broker.output.splitlines()), broker.output

@@ -28,7 +28,7 @@ import aiohttp
 import pika
 import pytest
 import requests
-from broker_process import BrokerFactory, BrokerProcess, free_port, stop_quietly
+from broker_process import BrokerFactory, BrokerProcess, stop_quietly
 from control_helpers import ctl_ok
 from helpers import unique_name, wait_until
 from tls_certs import write_tls_files
@@ -498,11 +498,10 @@ def test_a_header_on_the_plain_port_without_the_feature_closes_that_connection(
 
 def test_a_proxy_header_comes_before_the_tls_handshake(broker_factory: BrokerFactory, tmp_path: Path) -> None:
     tls_files = write_tls_files(tmp_path)
-    amqps_port = free_port()
     tls_arguments = ["--tls-cert", str(tls_files.server.cert), "--tls-key", str(tls_files.server.key)]
     config = ["--config", str(proxy_ini(tmp_path, "127.0.0.1"))]
-    broker = broker_factory([*config, *tls_arguments, "--amqps-port", str(amqps_port)])
-    wait_for_log(broker, f"Listening on amqps://127.0.0.1:{amqps_port}")
+    broker = broker_factory([*config, *tls_arguments, "--amqps-port", "0"])
+    amqps_port = broker.listeners["amqp/ssl"]
     context = ssl.create_default_context(cafile=str(tls_files.ca))
     tls = pika.SSLOptions(context, "localhost")
     proxied, direct = unique_name("tls-proxied"), unique_name("tls-direct")

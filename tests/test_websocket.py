@@ -24,7 +24,7 @@ import aiohttp
 import pika
 import pytest
 import requests
-from broker_process import BrokerFactory, BrokerProcess, free_port
+from broker_process import BrokerFactory, BrokerProcess
 from helpers import (
     Consumer,
     await_message,
@@ -435,11 +435,11 @@ def test_websocket_over_https_and_the_management_unix_socket(broker_factory: Bro
     (tmp_path / "tls").mkdir()
     tls = write_tls_files(tmp_path / "tls")
     unix_path = tmp_path / "http.sock"
-    https_port = free_port()
     broker = broker_factory([
         "--tls-cert", str(tls.server.cert), "--tls-key", str(tls.server.key), "--amqps-port", "0",
-        "--https-port", str(https_port), "--http-unix-path", str(unix_path),
+        "--https-port", "0", "--http-unix-path", str(unix_path),
     ])  # fmt: skip
+    https_port = broker.listeners["https"]
     secure = WebSocketBridge(
         f"wss://localhost:{https_port}/ws/amqp", tls=ssl.create_default_context(cafile=str(tls.ca))
     )

@@ -7,7 +7,9 @@ pyspark_lavin by itself.
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -208,6 +210,14 @@ def test_a_query_killed_mid_way_restarts_from_its_checkpoint_exactly_once(
     offsets = offsets_of(spark.read.parquet(str(output)))
     base = stream.base
     assert offsets == list(range(base, base + 2300))
+    # The rerun says what each batch wrote: batches of at most 200, one after the other, to the end.
+    batches = re.findall(r"^batch \d+: (\d+) rows, offsets (\d+)\.\.(\d+)$", rerun.stdout.decode(), re.MULTILINE)
+    assert batches, rerun.stdout.decode()[-3000:]
+    ranges = [(int(first), int(last)) for rows, first, last in batches if int(rows) == int(last) - int(first) + 1]
+    assert len(ranges) == len(batches), batches
+    assert all(last - first < 200 for first, last in ranges), ranges
+    assert all(after[0] == before[1] + 1 for before, after in itertools.pairwise(ranges)), ranges
+    assert ranges[-1][1] == base + 2299, ranges
 
 
 def wait_for_committed_batches(
