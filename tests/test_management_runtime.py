@@ -133,6 +133,26 @@ def test_the_node_and_the_cluster_name(broker: BrokerProcess) -> None:
     assert call(broker, "GET", "/api/nodes", MANAGER).status_code == 401  # nodes are for monitors
 
 
+def test_the_node_memory_breakdown_in_rabbitmqs_shape(broker: BrokerProcess) -> None:
+    node = quote(get_json(broker, "/api/nodes")[0]["name"], safe="")
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    try:
+        channel = connection.channel()
+        queue = channel.queue_declare("", exclusive=True).method.queue  # non-durable: its records stay in memory
+        for _ in range(20):
+            channel.basic_publish("", queue, b"x" * 10_000)
+        round_trip(channel)
+        memory = get_json(broker, f"/api/nodes/{node}/memory")["memory"]
+    finally:
+        connection.close()
+    assert memory["strategy"] == "rss" and memory["total"]["rss"] > 0
+    assert memory["queue_procs"] >= 200_000 and memory["binary"] == 0  # an Erlang category: none in Lavin
+    lavin_categories = ("queue_procs", "connection_readers", "connection_writers", "other_system")
+    assert sum(memory[name] for name in lavin_categories) == memory["total"]["rss"]
+    assert call(broker, "GET", "/api/nodes/nobody@nowhere/memory", GUEST).status_code == 404
+    assert call(broker, "GET", f"/api/nodes/{node}/memory", MANAGER).status_code == 401
+
+
 # ---- connections -------------------------------------------------------------------------
 
 

@@ -187,17 +187,16 @@ def listeners(s: Session) -> None:
                    f"purpose: {row['purpose']}")  # fmt: skip
 
 
+LAVIN_MEMORY_CATEGORIES: Final = ("queue_procs", "connection_readers", "connection_writers", "other_system")
+
+
 def _memory_categories(s: Session) -> tuple[int, dict[str, int]]:
-    """The process's resident memory, and what of it Lavin can attribute: the bytes of the
-    messages its queues hold, by queue type; the rest is `other`."""
-    node = s.client.expect(s.client.get(path("nodes"))).json()[0]
-    queues = s.client.expect(s.client.get(path("queues", query={"columns": "type,message_bytes"}))).json()
-    by_type = {"classic": "queue_procs", "quorum": "quorum_queue_procs", "stream": "stream_queue_procs"}
-    categories = dict.fromkeys(by_type.values(), 0)
-    for queue in queues:
-        categories[by_type.get(queue.get("type", ""), "queue_procs")] += int(queue.get("message_bytes") or 0)
-    total = int(node.get("mem_used") or 0)
-    categories["other"] = max(total - sum(categories.values()), 0)
+    """The process's resident memory, and what of it the broker attributes, in RabbitMQ's
+    categories (those Lavin has no counterpart of, always 0, are left out)."""
+    node = s.client.expect(s.client.get(path("nodes"))).json()[0]["name"]
+    memory = s.client.expect(s.client.get(path("nodes", node, "memory"))).json()["memory"]
+    total = int(memory["total"]["rss"])
+    categories = {name: int(memory[name]) for name in LAVIN_MEMORY_CATEGORIES}
     return total, categories
 
 
@@ -206,8 +205,8 @@ def _memory_categories(s: Session) -> tuple[int, dict[str, int]]:
 @json_option
 @click.pass_obj
 def memory_breakdown(s: Session, unit: str) -> None:
-    """What the broker's memory holds: its queues' message bytes by queue type, and the rest
-    (the interpreter, indexes, buffers Lavin does not count)."""
+    """What the broker's memory holds: its queues' records and decoded messages, bodies being
+    received, socket write buffers, and the rest (the interpreter, indexes, other buffers)."""
     total, categories = _memory_categories(s)
     ordered = sorted(categories.items(), key=lambda item: -item[1])
     share = {name: round(100 * size / total, 2) if total else 0.0 for name, size in ordered}

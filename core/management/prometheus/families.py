@@ -536,7 +536,6 @@ class BrokerCollector(Collector):
         """RabbitMQ's node memory families that Lavin has a counterpart of, and the rest of
         the resident memory as its runtime's other memory, so that they add up to it."""
         breakdown = self.snapshot.memory_breakdown()
-        rest = max(resident_memory() - breakdown.attributed, 0)
         prefix = f"{self.scrape.prefix}_memory_"
         for name, help_text, amount in (
             ("classic_queue_erlang_process_bytes", "Classic queue processes footprint in bytes", breakdown.queues),
@@ -550,7 +549,7 @@ class BrokerCollector(Collector):
                 "Client connection writer processes footprint in bytes",
                 breakdown.connection_writers,
             ),
-            ("other_system_bytes", "Other runtime footprint in bytes", rest),
+            ("other_system_bytes", "Other runtime footprint in bytes", breakdown.other),
         ):
             yield GaugeMetricFamily(f"{prefix}{name}", help_text, value=amount)
 

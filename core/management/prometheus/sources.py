@@ -17,10 +17,9 @@ from lavin.api.hooks import ConnectionInfo
 from lavin.broker.broker import Broker
 from lavin.broker.queues.queue import Queue
 from lavin.broker.routing.exchange import Exchange
+from lavin.broker.runtime.memory import MemoryBreakdown, memory_breakdown
 from lavin.broker.runtime.stats import ChannelSnapshot, ConnectionSnapshot
 from lavin.broker.vhost import VHost
-from lavin.storage.segments.decoded_window import window_bytes
-from lavin.storage.segments.segment_store import resident_bytes
 
 CHURN_PLUGIN: Final = "lavin.management.connection-churn"
 
@@ -64,17 +63,6 @@ class HoldsDeliveries(Protocol):
     def unacked(self) -> Mapping[int, tuple[object, int, object, int]]:
         """Delivery tag -> (where it settles, message id, consumer (None for basic.get),
         body size)."""
-
-
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    queues: int  # non-durable queues' records not written yet, and decoded messages kept
-    connection_readers: int  # message bodies being received
-    connection_writers: int  # bytes waiting in the sockets' write buffers
-
-    @property
-    def attributed(self) -> int:
-        return self.queues + self.connection_readers + self.connection_writers
 
 
 @dataclass(frozen=True)
@@ -163,12 +151,7 @@ class Snapshot:
         return ConnectionChurn.of(self.broker)
 
     def memory_breakdown(self) -> MemoryBreakdown:
-        """What of the process' memory Lavin can attribute, in bytes."""
-        return MemoryBreakdown(
-            queues=resident_bytes() + window_bytes(),
-            connection_readers=self.broker.alarms.partial_bodies,
-            connection_writers=sum(connection.send_pend for connection in self.connections()),
-        )
+        return memory_breakdown(self.broker.alarms, self.connections())
 
     # ---- the process ---------------------------------------------------------------------
 

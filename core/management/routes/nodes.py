@@ -4,7 +4,8 @@ status codes:
 - `/api/overview`: any management user; the totals count what it may see (every vhost and
   connection for a `monitoring` user or an administrator);
 - `/api/cluster-name`, `/api/extensions`: any management user;
-- `/api/nodes`, `/api/nodes/{node}`: `monitoring` (or `administrator`);
+- `/api/nodes`, `/api/nodes/{node}`, `/api/nodes/{node}/memory`: `monitoring` (or
+  `administrator`);
 - `/api/tls/reload` (POST, Lavin's own; `lavin ctl reload_tls`, as SIGHUP does):
   `administrator`. New TLS connections get the files as they are now, open ones keep theirs.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import Final
 
 from aiohttp import web
+from lavin.broker.runtime.memory import memory_breakdown
 from lavin.broker.runtime.stats import OVERALL, QUEUE_TOTALS
 from lavin.management.http.listing import list_reply
 from lavin.management.http.replies import ObjectNotFound, broker_of, done, error_response, reply
@@ -65,6 +67,16 @@ async def get_node(request: web.Request) -> web.Response:
     if request.match_info["node"] != shapes.node_name(broker):
         raise ObjectNotFound
     return reply(shapes.node_json(broker))
+
+
+@routes.get("/api/nodes/{node}/memory")
+async def node_memory(request: web.Request) -> web.Response:
+    requester(request).require_monitor()
+    broker = broker_of(request)
+    if request.match_info["node"] != shapes.node_name(broker):
+        raise ObjectNotFound
+    breakdown = memory_breakdown(broker.alarms, broker.stats.snapshots())
+    return reply({"memory": shapes.memory_json(breakdown)})
 
 
 @routes.post("/api/tls/reload")

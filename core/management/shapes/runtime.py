@@ -13,6 +13,7 @@ from typing import Any, Final, TypeVar
 import lavin
 from lavin.broker.broker import Broker
 from lavin.broker.runtime.alarms import DISK, MEMORY, resident_memory
+from lavin.broker.runtime.memory import MemoryBreakdown
 from lavin.broker.runtime.stats import (
     OVERALL,
     QUEUE_TOTALS,
@@ -209,6 +210,32 @@ def _summed(counts: Iterable[dict[str, Number]]) -> dict[str, Number]:
         for key, value in each.items():
             totals[key] = totals[key] + value if key in totals else value
     return totals
+
+
+# RabbitMQ's memory categories Lavin has no counterpart of (Erlang's processes, tables and
+# allocators): reported as 0, so that tools reading every key find them.
+_ERLANG_MEMORY_CATEGORIES: Final = (
+    "connection_channels", "connection_other", "queue_slave_procs", "quorum_queue_procs",
+    "quorum_queue_dlx_procs", "stream_queue_procs", "stream_queue_replica_reader_procs",
+    "stream_queue_coordinator_procs", "plugins", "other_proc", "metrics", "mgmt_db", "mnesia",
+    "quorum_ets", "other_ets", "binary", "msg_index", "code", "atom", "allocated_unused",
+    "reserved_unallocated",
+)  # fmt: skip
+
+
+def memory_json(breakdown: MemoryBreakdown) -> dict[str, Any]:
+    """`GET /api/nodes/{node}/memory`'s `memory`: RabbitMQ's categories, measured by the
+    `rss` strategy; Lavin's queues (all types) are `queue_procs`, the rest `other_system`."""
+    memory: dict[str, Any] = dict.fromkeys(_ERLANG_MEMORY_CATEGORIES, 0)
+    memory |= {
+        "connection_readers": breakdown.connection_readers,
+        "connection_writers": breakdown.connection_writers,
+        "queue_procs": breakdown.queues,
+        "other_system": breakdown.other,
+        "strategy": "rss",
+        "total": {"erlang": breakdown.resident, "rss": breakdown.resident, "allocated": breakdown.resident},
+    }
+    return memory
 
 
 def node_json(broker: Broker) -> dict[str, Any]:
