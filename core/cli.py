@@ -12,6 +12,7 @@ from click.decorators import FC
 from lavin import __version__
 from lavin.config import (
     CONFIG_FILE_FLAG,
+    READY_FILE_FLAG,
     SETTINGS,
     Flag,
     InstalledPlugin,
@@ -74,10 +75,12 @@ def main() -> None:
 @main.command()
 @config_file_option(CONFIG_FILE_FLAG.help)
 @click.option(
-    "--ready-file",
+    READY_FILE_FLAG.name,
+    "ready_file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Once listening, write the ports bound, as JSON, to this file (removed at shutdown). "
-    "With port 0 the broker picks free ports; this file says which.",
+    envvar=READY_FILE_FLAG.env_var,
+    show_envvar=True,
+    help=READY_FILE_FLAG.help,
 )
 @setting_options
 @click.pass_context

@@ -50,8 +50,9 @@ max_message_size = {MAX_MESSAGE_SIZE}
 
 
 class ConfiguredBroker(BrokerProcess):
-    """`lavin serve --config FILE` and nothing else: data dir, address, port and log level
-    come from the file, which names the same data dir and port as this object."""
+    """`lavin serve --config FILE` and nothing else but the ready file the fixture waits for:
+    data dir, address, ports and log level come from the file, which names the same data
+    dir and AMQP port as this object (the HTTP ports are 0, learnt from the ready file)."""
 
     def __init__(self, tmp_path: Path, settings: str, *, host: str = "127.0.0.1", env: dict[str, str] | None = None):
         self.host = host
@@ -67,7 +68,7 @@ class ConfiguredBroker(BrokerProcess):
 
     @property
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "lavin", "serve", "--config", str(self.ini)]
+        return [sys.executable, "-m", "lavin", "serve", "--config", str(self.ini), "--ready-file", str(self.ready_path)]
 
 
 StartConfigured = Callable[..., ConfiguredBroker]

@@ -19,7 +19,7 @@ from lavin.config.plugin_groups import (
     InstalledPlugin,
     installed_plugins,
 )
-from lavin.config.settings import CONFIG_FILE_FLAG, DISABLED_PORT, SETTINGS, Config, MiB
+from lavin.config.settings import CONFIG_FILE_FLAG, DISABLED_PORT, READY_FILE_FLAG, SETTINGS, Config, MiB
 from lavin.config.values import parse_bytes
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "INI_KEYS",
     "PLUGIN_GROUPS",
     "QUEUE_GROUP",
+    "READY_FILE_FLAG",
     "SETTINGS",
     "Config",
     "Flag",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from lavin.config.declaration import Setting
-from lavin.config.settings import CONFIG_FILE, SETTINGS
+from lavin.config.settings import CONFIG_FILE, READY_FILE, SETTINGS
 
 HEADER: Final = ("| section | key | flag | env var | default | meaning |", "|---|---|---|---|---|---|")
 NOT_SET_THERE: Final = "—"  # the cell of a column the setting has no entry in
@@ -15,8 +15,8 @@ SECTION_ORDER: Final = (None, "main", "amqp", "mgmt")
 
 
 def settings_table() -> str:
-    """The table's lines, header included: `--config` first, then every setting."""
-    declared = [CONFIG_FILE, *SETTINGS.values()]
+    """The table's lines, header included: `--config` and `--ready-file` first, then every setting."""
+    declared = [CONFIG_FILE, READY_FILE, *SETTINGS.values()]
     declared.sort(key=lambda each: SECTION_ORDER.index(each.ini.section if each.ini else None))
     return "\n".join([*HEADER, *map(table_row, declared)])
 

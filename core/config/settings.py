@@ -440,3 +440,16 @@ CONFIG_FILE: Final = Setting(
     "the INI file above; `lavin ctl --config` reads it too, for the control socket's path",
     flag=CONFIG_FILE_FLAG,
 )
+# `--ready-file FILE`, where `lavin serve` says which ports it bound (for port 0), once all
+# its listeners are up; a flag of the command, not a setting of the broker.
+READY_FILE_FLAG: Final = Flag(
+    "--ready-file",
+    "FILE",
+    "Once listening, write the ports bound, as JSON, to this file (removed at shutdown). "
+    "With port 0 the broker picks free ports; this file says which.",
+)
+READY_FILE: Final = Setting(
+    None,
+    "once listening, the broker writes the ports it bound there as JSON (removed at shutdown)",
+    flag=READY_FILE_FLAG,
+)
