@@ -10,7 +10,8 @@ SOURCES := pyproject.toml setup.py README.md $(shell find core plugins spark ben
 SOURCES += $(shell find core/management/ui -type f 2>/dev/null)  # the web UI's files ship too
 ARGS ?=
 
-.PHONY: serve install dist test test-installed bench compare lavinmq lint typecheck clean browser rabbitmqadmin nodejs
+.PHONY: serve install dist test test-installed bench compare lavinmq lint typecheck clean browser rabbitmqadmin nodejs \
+	prometheus systemd-analyze
 
 serve: $(INSTALLED_VENV)/.installed-run
 	@echo "lavin serve: the lavin command is $(CURDIR)/$(INSTALLED_VENV)/bin/lavin (\`make install\` puts it on PATH)"
@@ -29,47 +30,49 @@ dist: $(VENV)/.installed-dev
 	rm -rf build dist
 	$(VENV)/bin/python -m build --outdir dist .
 
-test: $(VENV)/.installed-test browser rabbitmqadmin nodejs
+test: $(VENV)/.installed-test browser rabbitmqadmin nodejs prometheus systemd-analyze
 	$(VENV)/bin/python -m pytest -q $(ARGS)
 
 # The suite against a regular (non-editable) install, run from inside that venv so the
 # current directory holds no `lavin` and no egg-info: `lavin` can only come from
 # site-packages, which catches modules missing from the wheel.
-test-installed: $(INSTALLED_VENV)/.installed-test browser rabbitmqadmin nodejs
+test-installed: $(INSTALLED_VENV)/.installed-test browser rabbitmqadmin nodejs prometheus systemd-analyze
 	cd $(INSTALLED_VENV) && LAVIN_TEST_EXPECT_INSTALLED=1 \
 		$(CURDIR)/$(INSTALLED_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 		-c $(CURDIR)/pyproject.toml --rootdir $(CURDIR) $(CURDIR)/tests $(ARGS)
 
-# The web UI's browser tests drive Debian's chromium (never a downloaded browser): installed
-# when missing and apt-get is there (as root, or with sudo); else those tests skip and say why.
-browser:
-	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null || \
+# System packages some tests drive, from Debian: each installed when its command is missing
+# and apt-get is there (as root, or with sudo); else the tests that need it skip and say why.
+# $(call debian_package,COMMANDS,PACKAGES,APT OPTIONS,WHAT SKIPS WITHOUT IT)
+define debian_package
+	@{ $(foreach command,$(1),command -v $(command) &&) true; } >/dev/null || ! command -v apt-get >/dev/null || \
 		{ as_root="$$( [ "$$(id -u)" = 0 ] || echo sudo -n )"; \
-		  $$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+		  $$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(3) $(2) \
 		  || { $$as_root apt-get update -qq && $$as_root env DEBIAN_FRONTEND=noninteractive \
-		       apt-get install -y -qq chromium; }; } >/dev/null || \
-		echo "chromium could not be installed: the web UI's browser tests will skip"
+		       apt-get install -y -qq $(3) $(2); }; } >/dev/null || \
+		echo "$(2) could not be installed: $(4) will skip"
+endef
 
-# tests/test_rabbitmqadmin.py drives RabbitMQ's own rabbitmqadmin, from Debian's rabbitmq-server:
-# installed when missing and apt-get is there (as root, or with sudo); else those tests skip.
+# The web UI's browser tests drive Debian's chromium (never a downloaded browser).
+browser:
+	$(call debian_package,chromium,chromium,,the web UI's browser tests)
+
+# tests/test_rabbitmqadmin.py drives RabbitMQ's own rabbitmqadmin, from Debian's rabbitmq-server.
 rabbitmqadmin:
-	@command -v rabbitmqadmin >/dev/null || ! command -v apt-get >/dev/null || \
-		{ as_root="$$( [ "$$(id -u)" = 0 ] || echo sudo -n )"; \
-		  $$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rabbitmq-server \
-		  || { $$as_root apt-get update -qq && $$as_root env DEBIAN_FRONTEND=noninteractive \
-		       apt-get install -y -qq --no-install-recommends rabbitmq-server; }; } >/dev/null || \
-		echo "rabbitmq-server could not be installed: the rabbitmqadmin tests will skip"
+	$(call debian_package,rabbitmqadmin,rabbitmq-server,--no-install-recommends,the rabbitmqadmin tests)
 
 # tests/test_websocket.py drives @cloudamqp/amqp-client's AMQPWebSocketClient under Debian's Node
-# (the test session installs that npm package into ~/.cache): nodejs and npm are installed when
-# missing and apt-get is there (as root, or with sudo); else that test skips and says why.
+# (the test session installs that npm package into ~/.cache).
 nodejs:
-	@{ command -v node && command -v npm; } >/dev/null || ! command -v apt-get >/dev/null || \
-		{ as_root="$$( [ "$$(id -u)" = 0 ] || echo sudo -n )"; \
-		  $$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm \
-		  || { $$as_root apt-get update -qq && $$as_root env DEBIAN_FRONTEND=noninteractive \
-		       apt-get install -y -qq --no-install-recommends nodejs npm; }; } >/dev/null || \
-		echo "nodejs and npm could not be installed: the Node WebSocket test will skip"
+	$(call debian_package,node npm,nodejs npm,--no-install-recommends,the Node WebSocket test)
+
+# tests/test_prometheus_scrape.py scrapes a broker with a real Prometheus.
+prometheus:
+	$(call debian_package,prometheus,prometheus,--no-install-recommends,the Prometheus scrape test)
+
+# tests/test_systemd_unit.py checks contrib/systemd/lavin.service with systemd-analyze.
+systemd-analyze:
+	$(call debian_package,systemd-analyze,systemd,--no-install-recommends,the systemd unit check)
 
 # Micro-benchmarks of the hot paths, bench/test_*.py (`make test` collects only tests/).
 bench: $(VENV)/.installed-bench
