@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Final
 
 from aiohttp import web
+from lavin.broker.broker import Broker
 from lavin.broker.runtime.memory import memory_breakdown
 from lavin.broker.runtime.stats import OVERALL, QUEUE_TOTALS
 from lavin.management.http.listing import list_reply
@@ -62,19 +63,12 @@ async def list_nodes(request: web.Request) -> web.Response:
 
 @routes.get("/api/nodes/{node}")
 async def get_node(request: web.Request) -> web.Response:
-    requester(request).require_monitor()
-    broker = broker_of(request)
-    if request.match_info["node"] != shapes.node_name(broker):
-        raise ObjectNotFound
-    return reply(shapes.node_json(broker))
+    return reply(shapes.node_json(_named_node(request)))
 
 
 @routes.get("/api/nodes/{node}/memory")
 async def node_memory(request: web.Request) -> web.Response:
-    requester(request).require_monitor()
-    broker = broker_of(request)
-    if request.match_info["node"] != shapes.node_name(broker):
-        raise ObjectNotFound
+    broker = _named_node(request)
     breakdown = memory_breakdown(broker.alarms, broker.stats.snapshots())
     return reply({"memory": shapes.memory_json(breakdown)})
 
@@ -90,3 +84,12 @@ async def reload_certificates(request: web.Request) -> web.Response:
     except TlsSetupError as exc:
         return error_response(400, "bad_request", f"TLS certificates not reloaded, keeping the current ones: {exc}")
     return done()
+
+
+def _named_node(request: web.Request) -> Broker:
+    """The broker, when the path names its node and the requester may see nodes."""
+    requester(request).require_monitor()
+    broker = broker_of(request)
+    if request.match_info["node"] != shapes.node_name(broker):
+        raise ObjectNotFound
+    return broker
