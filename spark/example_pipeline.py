@@ -87,11 +87,13 @@ def await_reporting_batches(query: StreamingQuery) -> None:
 
 def batch_line(progress: StreamingQueryProgress) -> str:
     """`batch N: R rows, offsets FIRST..LAST`: a source offset is the next stream offset to
-    read, so a batch covers [its start, its end). A query's first batch has no start offset."""
+    read, so a batch covers [its start, its end). A query's first batch may have no start offset."""
     rows = progress.numInputRows
     [source] = progress.sources
     end = json.loads(source.endOffset)["offset"]
-    start = json.loads(source.startOffset)["offset"] if source.startOffset else end - rows
+    # Absent, or JSON `null` (a query restarted from its checkpoint may say so).
+    start_offset = json.loads(source.startOffset) if source.startOffset else None
+    start = start_offset["offset"] if start_offset else end - rows
     return f"batch {progress.batchId}: {rows} rows, offsets {start}..{end - 1}"
 
 
