@@ -2,7 +2,8 @@
 
 Exchange types own a routing table (`ExchangeType`, or `BindingTable` to build on); queue
 types own storage and ordering (`QueueType`, `StreamType`), with the core's engines handed
-to them as a `StorageToolkit`; auth backends say who a user is (`AuthBackend`); lifecycle
+to them as a `StorageToolkit`; auth backends say who a user is (`AuthBackend`); shovel
+endpoints move messages between brokers (`ShovelSource`, `ShovelDestination`); lifecycle
 plugins implement the hooks in `lavin.api.hooks`, marked with `hookimpl`. Everything else
 lives in the core, which imports this package and is never imported by it.
 """
@@ -55,6 +56,18 @@ from lavin.api.queue import (
     StreamCursor,
     StreamType,
 )
+from lavin.api.shovel import (
+    AckMode,
+    EndpointFailure,
+    EndpointSettings,
+    InvalidEndpoint,
+    LocalBroker,
+    Settle,
+    ShovelDestination,
+    ShovelEndpoint,
+    ShovelMessage,
+    ShovelSource,
+)
 
 hookimpl = pluggy.HookimplMarker("lavin")
 
@@ -63,6 +76,7 @@ __all__ = [
     "AMQPError",
     "Access",
     "AccessRefused",
+    "AckMode",
     "Arguments",
     "AuthBackend",
     "AuthContext",
@@ -75,9 +89,13 @@ __all__ = [
     "ConnectionInfo",
     "Destination",
     "DestinationSet",
+    "EndpointFailure",
+    "EndpointSettings",
     "ExchangeType",
     "ExchangeTypes",
     "InvalidArgument",
+    "InvalidEndpoint",
+    "LocalBroker",
     "Message",
     "MessageStore",
     "NotAllowed",
@@ -87,6 +105,11 @@ __all__ = [
     "QueueType",
     "ResourceLocked",
     "Retention",
+    "Settle",
+    "ShovelDestination",
+    "ShovelEndpoint",
+    "ShovelMessage",
+    "ShovelSource",
     "StorageToolkit",
     "StoredUser",
     "StreamCursor",
