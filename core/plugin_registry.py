@@ -21,15 +21,16 @@ from typing import Any, NoReturn, TypeVar
 
 import pluggy
 from lavin import __version__
-from lavin.api import AuthBackend, ExchangeType, MessageStore
+from lavin.api import AuthBackend, ExchangeType, MessageStore, ShovelDestination, ShovelSource
 from lavin.api import hooks as hookspecs
 from lavin.config import (
-    ALWAYS_ON_GROUPS,
     AUTH_GROUP,
     EXCHANGE_GROUP,
     HOOK_PLUGIN_GROUP,
     PLUGIN_GROUPS,
     QUEUE_GROUP,
+    SHOVEL_DESTINATION_GROUP,
+    SHOVEL_SOURCE_GROUP,
     InstalledPlugin,
     StartupError,
     installed_plugins,
@@ -39,7 +40,7 @@ from stevedore.extension import Extension
 
 log = logging.getLogger(__name__)
 
-PluginClass = TypeVar("PluginClass", ExchangeType, MessageStore, AuthBackend)
+PluginClass = TypeVar("PluginClass", ExchangeType, MessageStore, AuthBackend, ShovelSource, ShovelDestination)
 HOOK_NAMES = tuple(name for name in vars(hookspecs) if name.startswith("lavin_"))
 NO_SETTINGS: Mapping[str, Mapping[str, str]] = MappingProxyType({})
 
@@ -68,6 +69,9 @@ class Registry:
     exchange_types: Mapping[str, type[ExchangeType]]
     queue_types: Mapping[str, type[MessageStore]]
     auth_backends: Mapping[str, type[AuthBackend]]
+    # By URI scheme: where shovels and federation links take messages from and put them.
+    shovel_sources: Mapping[str, type[ShovelSource]]
+    shovel_destinations: Mapping[str, type[ShovelDestination]]
     hooks: pluggy.HookRelay
     plugin_manager: pluggy.PluginManager
     loaded: tuple[LoadedPlugin, ...]
@@ -96,11 +100,12 @@ def load_registry(
         exchange_types=scan_group(EXCHANGE_GROUP, ExchangeType, enabled),  # type: ignore[type-abstract]
         queue_types=scan_group(QUEUE_GROUP, MessageStore, enabled),  # type: ignore[type-abstract]
         auth_backends=scan_group(AUTH_GROUP, AuthBackend, enabled),  # type: ignore[type-abstract]
+        shovel_sources=scan_group(SHOVEL_SOURCE_GROUP, ShovelSource, enabled),  # type: ignore[type-abstract]
+        shovel_destinations=scan_group(SHOVEL_DESTINATION_GROUP, ShovelDestination, enabled),  # type: ignore[type-abstract]
         hooks=plugin_manager.hook,
         plugin_manager=plugin_manager,
         loaded=loaded_plugins(enabled, plugin_manager),
     )
-    check_other_groups(enabled)
     check_auth_backends(auth_backends, registry.auth_backends, installed)
     # An auth backend's section reaches it through AuthBackend.configure, when the broker starts.
     hook_settings = {name: section for name, section in plugin_settings.items() if name not in registry.auth_backends}
@@ -212,14 +217,6 @@ def checked_class(extension: Extension[Any], base: type[PluginClass]) -> type[Pl
     if declared != extension.name:
         raise PluginError(f"{origin} is registered as {extension.name!r} but its name attribute is {declared!r}")
     return plugin
-
-
-def check_other_groups(enabled: Iterable[InstalledPlugin]) -> None:
-    """Import the enabled entry points of groups the broker has no use for yet (shovel
-    endpoints), so that a broken one stops start-up as any other would."""
-    other_groups = set(PLUGIN_GROUPS) - {*ALWAYS_ON_GROUPS, HOOK_PLUGIN_GROUP}
-    for group in sorted(other_groups):
-        load_extensions(group, enabled_names(group, enabled))
 
 
 def check_auth_backends(

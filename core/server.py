@@ -20,6 +20,7 @@ from lavin.broker.broker import Broker
 from lavin.broker.runtime.allocator import tune_allocator
 from lavin.config import Config, StartupError
 from lavin.listeners.amqp import AmqpListeners
+from lavin.listeners.direct import DirectConnections
 from lavin.listeners.management_plane import ManagementPlane
 from lavin.management.definitions.importer import load_definitions_file
 from lavin.management.recent_log import RECENT_LOG
@@ -254,6 +255,7 @@ async def start_broker(
     metrics = management.metrics
     if metrics is not None and metrics.port is not None:  # RabbitMQ's name for the prometheus listener
         broker.listeners.append(("http/prometheus", metrics.bind, metrics.port))
+    broker.start_links(DirectConnections(broker))
     registry.hooks.lavin_startup(broker=broker)
     log.info("Server startup complete; %s", plugins_summary(registry))
     return RunningBroker(broker, listeners, registry, management, certificates)

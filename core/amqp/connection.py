@@ -46,8 +46,11 @@ _NO_SINK: Final = memoryview(b"")
 class Connection(asyncio.Protocol):
     """The AMQP side of one TCP connection."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, direct_user: User | None = None) -> None:
         self.broker = broker
+        # Set for a shovel's or federation link's connection to this broker: logged in as
+        # this user whatever the client sends (lavin.listeners.direct).
+        self.direct_user = direct_user
         self.alarms: ResourceAlarms = broker.alarms
         self.loop = broker.loop
         self.output = Output(broker.loop)

@@ -185,6 +185,9 @@ class Handshake:
         if connection.client_name():
             log.info("connection %s has a client-provided name: %s", connection.name, connection.client_name())
         connection.auth_mechanism = method.mechanism
+        if connection.direct_user is not None:  # a link's own connection to this broker: trusted
+            self._logged_in(connection.direct_user, None)
+            return
         try:
             username, password = self._credentials(method.mechanism, method.response or "")
         except errors.ConnectionAccessRefused as exc:
@@ -210,6 +213,11 @@ class Handshake:
             self._refuse_login(errors.ConnectionAccessRefused("authentication failed"))
             return
         connection.output.resume_reading(PAUSED_FOR_LOGIN)
+        self._logged_in(user, backend)
+
+    def _logged_in(self, user: User, backend: AuthBackend | None) -> None:
+        """Tune: `user` is who the connection acts for from now on."""
+        connection = self.connection
         connection.user = user
         self.auth_backend = backend
         connection.authorization = Authorization(user)
@@ -330,7 +338,9 @@ class Handshake:
         RabbitMQ's texts). A backend without secrets keeps the user, as RabbitMQ's internal
         backend does."""
         user, backend = self.connection.user, self.auth_backend
-        assert user is not None and backend is not None
+        assert user is not None
+        if backend is None:  # a link's local connection has no secret
+            return user
         try:
             return await backend.update_secret(user, secret)
         except NotImplementedError:

@@ -12,7 +12,9 @@ from typing import Any, Protocol
 from lavin.api import errors
 from lavin.api.auth import AuthBackend, AuthContext, StoredUser, User
 from lavin.api.printable import printable
+from lavin.api.shovel import EndpointFailure, LocalBroker
 from lavin.broker.access.access_control import AccessControl
+from lavin.broker.links.shovels import EndpointClasses
 from lavin.broker.policy.global_parameters import GlobalParameters
 from lavin.broker.routing.direct_reply import ReplyRegistry
 from lavin.broker.runtime.alarms import ResourceAlarms
@@ -67,6 +69,11 @@ class Broker(AuthContext):
             if backend_class is None:
                 raise ValueError(f"unknown auth backend '{name}'")
             self.auth_backends.append(backend_class())
+        self.shovel_endpoints = EndpointClasses(registry.shovel_sources, registry.shovel_destinations)
+        # How links reach this broker (`amqp://` with no host): set by the server with the
+        # listeners. Links start once it is (`start_links`).
+        self.local: LocalBroker | None = None
+        self.links_running = False
         self.access = AccessControl(config, self)
         self.global_parameters = GlobalParameters(config.data_dir)
         self.access.add_listener(self._user_changed)
@@ -92,7 +99,22 @@ class Broker(AuthContext):
         self.alarms.start(self.loop)
         self.stats.start(self.loop)
 
+    def start_links(self, local: LocalBroker) -> None:
+        """The broker takes connections: start every vhost's shovels."""
+        self.local = local
+        self.links_running = True
+        for vhost in self.vhosts.values():
+            vhost.shovels.start(vhost.policies.parameters)
+
+    def local_connections(self) -> LocalBroker:
+        if self.local is None:
+            raise EndpointFailure("the broker is not taking connections yet")
+        return self.local
+
     async def shutdown(self) -> None:
+        # Links first: their connections to this broker would otherwise fail and restart.
+        self.links_running = False
+        await asyncio.gather(*(vhost.shovels.stop() for vhost in self.vhosts.values()))
         self.alarms.stop()
         await self.stats.stop()
         for connection in list(self.connections):
@@ -159,17 +181,25 @@ class Broker(AuthContext):
         vhost.set_limits(max_connections, max_queues)
         vhost.start()
         self.vhosts[name] = vhost
+        if self.links_running:
+            vhost.shovels.start(vhost.policies.parameters)
 
     def stop_vhost(self, name: str) -> None:
-        self.vhosts.pop(name).close()
+        vhost = self.vhosts.pop(name)
+        self._stop_links(vhost)
+        vhost.close()
 
     def remove_vhost(self, name: str) -> Path:
         vhost = self.vhosts.pop(name)
+        self._stop_links(vhost)
         forced = errors.ConnectionForced(f"vhost '{name}' is deleted")  # its reply_text fits a shortstr
         for connection in list(vhost.connections):
             connection.close(forced.reply_code, forced.reply_text)
         vhost.delete()
         return vhost.data_dir
+
+    def _stop_links(self, vhost: VHost) -> None:
+        self.loop.create_task(vhost.shovels.stop())
 
     def apply_vhost_limits(self, name: str, max_connections: int, max_queues: int) -> None:
         self.vhosts[name].set_limits(max_connections, max_queues)

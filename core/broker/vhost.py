@@ -14,6 +14,7 @@ from lavin.api.arguments import InvalidArgument
 from lavin.api.message import Message
 from lavin.api.printable import printable
 from lavin.api.queue import QueueType, StreamType
+from lavin.broker.links.shovels import VHostShovels
 from lavin.broker.policy.arguments import (
     QueueSettings,
     check_durable_declaration,
@@ -87,6 +88,10 @@ class VHost(ExchangeHost):
         self.max_connections = -1
         self.max_queues = -1
         self.policies = VHostPolicies(name, self.data_dir, self.queues, self.exchanges)
+        self.shovels = VHostShovels(
+            name, broker.shovel_endpoints, broker.local_connections, self.policies.delete_parameter
+        )
+        self.policies.watcher = self.shovels
         # The default exchange exists for passive declares and statistics; routing to it is
         # special-cased.
         self.default_exchange = Exchange(

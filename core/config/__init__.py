@@ -16,6 +16,8 @@ from lavin.config.plugin_groups import (
     HOOK_PLUGIN_GROUP,
     PLUGIN_GROUPS,
     QUEUE_GROUP,
+    SHOVEL_DESTINATION_GROUP,
+    SHOVEL_SOURCE_GROUP,
     InstalledPlugin,
     installed_plugins,
 )
@@ -34,6 +36,8 @@ __all__ = [
     "QUEUE_GROUP",
     "READY_FILE_FLAG",
     "SETTINGS",
+    "SHOVEL_DESTINATION_GROUP",
+    "SHOVEL_SOURCE_GROUP",
     "Config",
     "Flag",
     "InstalledPlugin",

@@ -9,17 +9,22 @@ from importlib.metadata import entry_points
 EXCHANGE_GROUP = "lavin.exchanges"
 QUEUE_GROUP = "lavin.queues"
 AUTH_GROUP = "lavin.auth"
+SHOVEL_SOURCE_GROUP = "lavin.shovel.sources"
+SHOVEL_DESTINATION_GROUP = "lavin.shovel.destinations"
 HOOK_PLUGIN_GROUP = "lavin.plugins"
 # Lavin's own entry points in these groups are loaded without being enabled: the core
-# exchange types, queue types and auth backend, as RabbitMQ's core types need no plugin.
-ALWAYS_ON_GROUPS = (EXCHANGE_GROUP, QUEUE_GROUP, AUTH_GROUP)
+# exchange types, queue types, auth backends and shovel endpoints, as RabbitMQ's core
+# types need no plugin (its shovel plugin does: Lavin's shovels are always there).
+ALWAYS_ON_GROUPS = (EXCHANGE_GROUP, QUEUE_GROUP, AUTH_GROUP, SHOVEL_SOURCE_GROUP, SHOVEL_DESTINATION_GROUP)
 # The entry-point groups plugins are installed in: `lavin plugins` lists them and the
 # `plugins` setting may name any of their entry points.
 PLUGIN_GROUPS = (
-    *ALWAYS_ON_GROUPS,
+    EXCHANGE_GROUP,
+    QUEUE_GROUP,
+    AUTH_GROUP,
     HOOK_PLUGIN_GROUP,
-    "lavin.shovel.sources",
-    "lavin.shovel.destinations",
+    SHOVEL_SOURCE_GROUP,
+    SHOVEL_DESTINATION_GROUP,
 )
 CORE_DISTRIBUTION = "lavin"
 

@@ -51,6 +51,17 @@ def check_parameter(component: str, value: Any) -> None:
         raise validation_failed([str(exc)]) from None
 
 
+class ParameterWatcher(Protocol):
+    """What runs a vhost's runtime parameters (its shovels): it checks a value before it is
+    stored and acts on it after (the port `lavin.broker.links.shovels.VHostShovels` implements)."""
+
+    def check_parameter(self, component: str, name: str, value: Any) -> None:
+        """Raise PolicyError for a value that cannot run."""
+
+    def parameter_changed(self, component: str, name: str, value: Any | None) -> None:
+        """The value was stored (None: cleared)."""
+
+
 class PolicySubject(Protocol):
     """A queue or an exchange as policies match and apply to it (the port that
     `lavin.broker.queues.queue.Queue` and `lavin.broker.routing.exchange.Exchange` implement)."""
@@ -83,6 +94,7 @@ class VHostPolicies:
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
         self.parameters: dict[tuple[str, str], Any] = {}  # (component, name) -> value
+        self.watcher: ParameterWatcher | None = None
 
     # ---- start-up and persistence ----------------------------------------------------------
 
@@ -178,8 +190,12 @@ class VHostPolicies:
 
     def set_parameter(self, component: str, name: str, value: Any) -> bool:
         check_parameter(component, value)
+        if self.watcher is not None:
+            self.watcher.check_parameter(component, name, value)
         created = (component, name) not in self.parameters
         self._save(self.policies, self.operator_policies, {**self.parameters, (component, name): value})
+        if self.watcher is not None:
+            self.watcher.parameter_changed(component, name, value)
         return created
 
     def delete_parameter(self, component: str, name: str) -> bool:
@@ -187,6 +203,8 @@ class VHostPolicies:
             return False
         remaining = {key: value for key, value in self.parameters.items() if key != (component, name)}
         self._save(self.policies, self.operator_policies, remaining)
+        if self.watcher is not None:
+            self.watcher.parameter_changed(component, name, None)
         return True
 
     def parameter_json(self, component: str, name: str, value: Any) -> dict[str, Any]:

@@ -186,6 +186,7 @@ def _check_policies_and_parameters(broker: Broker, sections: Mapping[str, list[A
             raise refuse("parameters", item, "a parameter needs a name and an existing vhost")
         try:
             check_parameter(component, item.get("value"))
+            broker.shovel_endpoints.check_parameter(component, item["name"], item.get("value"))
         except PolicyError as exc:
             raise refuse("parameters", item, str(exc).strip()) from None
     for item in sections.get("global_parameters", []):

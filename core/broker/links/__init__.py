@@ -1,0 +1,1 @@
+"""Shovels and federation links: runtime parameters that move messages between brokers."""

@@ -1,0 +1,114 @@
+"""A shovel's parameter value, checked and read once: which endpoint classes serve its
+URIs, its ack mode and reconnect delay. What each endpoint needs of the value is checked
+by the endpoint's own `validate`; everything is checked before the value is stored."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from lavin.api.shovel import AckMode, InvalidEndpoint, ShovelDestination, ShovelEndpoint, ShovelSource
+from lavin.broker.policy.policy_rules import erlang_term, validation_failed
+
+DEFAULT_RECONNECT_DELAY: Final = 5.0  # seconds, as RabbitMQ's and LavinMQ's shovels
+PROTOCOL: Final = "amqp091"  # the only `src-protocol` / `dest-protocol` Lavin speaks
+E = TypeVar("E", bound=ShovelEndpoint)
+
+
+@dataclass(frozen=True)
+class ShovelDefinition:
+    name: str
+    value: Mapping[str, Any]
+    source_uris: tuple[str, ...]
+    destination_uris: tuple[str, ...]
+    source_classes: Mapping[str, type[ShovelSource]]  # by scheme, for each URI's
+    destination_classes: Mapping[str, type[ShovelDestination]]
+    ack_mode: AckMode
+    reconnect_delay: float  # 0: an error ends the shovel
+
+    def local_vhosts(self, own_vhost: str) -> set[str]:
+        """The vhosts of this broker the shovel's URIs name (no host: this broker)."""
+        return {vhost for uri in (*self.source_uris, *self.destination_uris) if (vhost := local_vhost(uri, own_vhost))}
+
+
+def local_vhost(uri: str, own_vhost: str) -> str | None:
+    """The vhost a URI with no host names on this broker (its path, else the link's own
+    vhost); None for a URI that names a host."""
+    parts = urlsplit(uri)
+    if parts.hostname:
+        return None
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    return unquote(path) if path else own_vhost
+
+
+def parse_shovel(
+    name: str,
+    value: Mapping[str, Any],
+    sources: Mapping[str, type[ShovelSource]],
+    destinations: Mapping[str, type[ShovelDestination]],
+) -> ShovelDefinition:
+    """The definition, or PolicyError with every reason it cannot run (RabbitMQ's
+    "Validation failed" text, a 400 on the parameter PUT)."""
+    reasons: list[str] = []
+    for key in ("src-protocol", "dest-protocol"):
+        if value.get(key, PROTOCOL) != PROTOCOL:
+            reasons.append(f"{key} {erlang_term(value[key])} is not supported (only {PROTOCOL})")
+    source_uris = _uris(value, "src-uri", reasons)
+    destination_uris = _uris(value, "dest-uri", reasons)
+    source_classes = _endpoint_classes(source_uris, sources, "source", value, reasons)
+    destination_classes = _endpoint_classes(destination_uris, destinations, "destination", value, reasons)
+    ack_mode = _ack_mode(value.get("ack-mode", AckMode.ON_CONFIRM.value), reasons)
+    delay = value.get("reconnect-delay", DEFAULT_RECONNECT_DELAY)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+        reasons.append(
+            f"reconnect-delay should be a number greater than or equal to 0, actually was {erlang_term(delay)}"
+        )
+    if reasons:
+        raise validation_failed(reasons)
+    return ShovelDefinition(
+        name, value, source_uris, destination_uris, source_classes, destination_classes, ack_mode, float(delay)
+    )
+
+
+def _uris(value: Mapping[str, Any], key: str, reasons: list[str]) -> tuple[str, ...]:
+    """A URI or a non-empty list of them (one is picked per start)."""
+    raw = value.get(key)
+    if raw is None:
+        reasons.append(f'Key "{key}" not found in shovel')
+        return ()
+    uris = [raw] if isinstance(raw, str) else raw
+    if not isinstance(uris, list) or not uris or not all(isinstance(uri, str) for uri in uris):
+        reasons.append(f"{key} should be a URI or a non-empty list of URIs, actually was {erlang_term(raw)}")
+        return ()
+    return tuple(uris)
+
+
+def _endpoint_classes(
+    uris: Sequence[str], installed: Mapping[str, type[E]], role: str, value: Mapping[str, Any], reasons: list[str]
+) -> dict[str, type[E]]:
+    classes: dict[str, type[E]] = {}
+    for uri in uris:
+        scheme = urlsplit(uri).scheme.lower()
+        endpoint = installed.get(scheme)
+        if endpoint is None:
+            known = ", ".join(sorted(installed)) or "none"
+            reasons.append(f"{role} URI scheme {scheme or '(none)'!r} is not installed ({known} are)")
+            continue
+        try:
+            endpoint.validate(uri, value)
+        except InvalidEndpoint as exc:
+            reasons.append(str(exc))
+            continue
+        classes[scheme] = endpoint
+    return classes
+
+
+def _ack_mode(raw: Any, reasons: list[str]) -> AckMode:
+    try:
+        return AckMode(raw)
+    except ValueError:
+        modes = ", ".join(mode.value for mode in AckMode)
+        reasons.append(f"ack-mode should be one of {modes}, actually was {erlang_term(raw)}")
+        return AckMode.ON_CONFIRM

@@ -1,0 +1,114 @@
+"""A vhost's shovels: one link per `shovel` runtime parameter, started when the broker is
+ready to take connections, started again when its parameter changes, stopped when it is
+cleared, when the vhost goes and when the broker shuts down. The vhost's parameters call
+`check_parameter` before they store a value and `parameter_changed` after."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from lavin.api.printable import printable
+from lavin.api.shovel import LocalBroker, ShovelDestination, ShovelSource
+from lavin.broker.links.definition import parse_shovel
+from lavin.broker.links.link import TERMINATED, ShovelLink
+from lavin.broker.policy.policy_rules import PolicyError
+
+log = logging.getLogger(__name__)
+
+SHOVEL_COMPONENT: Final = "shovel"
+
+
+class EndpointClasses:
+    """The shovel endpoints installed, by URI scheme (the registry's two groups)."""
+
+    def __init__(
+        self, sources: Mapping[str, type[ShovelSource]], destinations: Mapping[str, type[ShovelDestination]]
+    ) -> None:
+        self.sources = sources
+        self.destinations = destinations
+
+    def check_parameter(self, component: str, name: str, value: Any) -> None:
+        """PolicyError unless a `shovel` value can run; other components pass."""
+        if component == SHOVEL_COMPONENT:
+            parse_shovel(name, value, self.sources, self.destinations)
+
+
+class VHostShovels:
+    def __init__(
+        self,
+        vhost: str,
+        endpoints: EndpointClasses,
+        local: Callable[[], LocalBroker],
+        clear_parameter: Callable[[str, str], object],
+    ) -> None:
+        self.vhost = vhost
+        self.endpoints = endpoints
+        self._local = local
+        self._clear_parameter = clear_parameter  # a shovel that is done deletes itself
+        self.links: dict[str, ShovelLink] = {}
+        # Stored shovels that cannot run (their endpoint is no longer installed): the reason.
+        self.broken: dict[str, str] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
+        self.running = False
+
+    # ---- what the vhost's parameters call ------------------------------------------------
+
+    def check_parameter(self, component: str, name: str, value: Any) -> None:
+        self.endpoints.check_parameter(component, name, value)
+
+    def parameter_changed(self, component: str, name: str, value: Any | None) -> None:
+        """Stop the old link of that name, if any, and start the new one."""
+        if component != SHOVEL_COMPONENT:
+            return
+        self.broken.pop(name, None)
+        old = self.links.pop(name, None)
+        if old is not None:
+            stopping = asyncio.get_running_loop().create_task(old.stop())
+            self._stopping.add(stopping)
+            stopping.add_done_callback(self._stopping.discard)
+        if value is not None:
+            self._add(name, value)
+
+    # ---- the broker's lifecycle ----------------------------------------------------------
+
+    def start(self, parameters: Mapping[tuple[str, str], Any]) -> None:
+        """Start a link for every stored shovel."""
+        self.running = True
+        for (component, name), value in parameters.items():
+            if component == SHOVEL_COMPONENT:
+                self._add(name, value)
+
+    async def stop(self) -> None:
+        self.running = False
+        links = list(self.links.values())
+        self.links.clear()
+        await asyncio.gather(*(link.stop() for link in links), *self._stopping)
+
+    def _add(self, name: str, value: Any) -> None:
+        try:
+            definition = parse_shovel(name, value, self.endpoints.sources, self.endpoints.destinations)
+        except PolicyError as exc:
+            reason = str(exc).removeprefix("Validation failed\n\n").strip().replace("\n", "; ")
+            log.error("shovel '%s' in vhost '%s' cannot start: %s", printable(name), printable(self.vhost), reason)
+            self.broken[name] = reason
+            return
+        link = ShovelLink(self.vhost, definition, self._local, self._finished)
+        self.links[name] = link
+        if self.running:
+            link.start()
+
+    def _finished(self, link: ShovelLink) -> None:
+        log.info("shovel '%s' in vhost '%s' is done", printable(link.name), printable(self.vhost))
+        if self.links.get(link.name) is link:
+            self._clear_parameter(SHOVEL_COMPONENT, link.name)
+
+    def status(self, node: str) -> list[dict[str, Any]]:
+        rows = [link.status(node) for link in self.links.values()]
+        rows += [
+            {"node": node, "name": name, "vhost": self.vhost, "type": "dynamic", "state": TERMINATED, "reason": reason}
+            for name, reason in self.broken.items()
+        ]
+        return sorted(rows, key=lambda row: str(row["name"]))
