@@ -28,9 +28,20 @@ class ShovelDefinition:
     ack_mode: AckMode
     reconnect_delay: float  # 0: an error ends the shovel
 
-    def local_vhosts(self, own_vhost: str) -> set[str]:
-        """The vhosts of this broker the shovel's URIs name (no host: this broker)."""
-        return {vhost for uri in (*self.source_uris, *self.destination_uris) if (vhost := local_vhost(uri, own_vhost))}
+
+def local_vhosts(value: Any, own_vhost: str) -> set[str]:
+    """The vhosts of this broker that a shovel value's URIs name (no host: this broker):
+    who sets the shovel must have access to each. Malformed URIs are parse_shovel's to refuse."""
+    named: set[str] = set()
+    if not isinstance(value, Mapping):
+        return named
+    for key in ("src-uri", "dest-uri"):
+        uris = value.get(key)
+        for uri in [uris] if isinstance(uris, str) else uris if isinstance(uris, list) else []:
+            vhost = local_vhost(uri, own_vhost) if isinstance(uri, str) else None
+            if vhost is not None:
+                named.add(vhost)
+    return named
 
 
 def local_vhost(uri: str, own_vhost: str) -> str | None:

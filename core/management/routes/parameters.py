@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from lavin.broker.links.definition import local_vhosts
+from lavin.broker.links.shovels import SHOVEL_COMPONENT
 from lavin.broker.policy.policy_rules import PolicyError
 from lavin.broker.vhost import VHost
 from lavin.management.definitions.document import VHOST_LIMITS_COMPONENT
@@ -80,10 +82,21 @@ async def put_parameter(request: web.Request) -> web.Response:
         created = not access.vhost_limits(vhost.name)
         access.set_vhost_limits(vhost.name, value)
         return done(created)
+    if component == SHOVEL_COMPONENT:
+        await _check_local_vhosts(request, vhost.name, value)
     try:
         return done(vhost.policies.set_parameter(component, name, value))
     except PolicyError as exc:
         raise shapes.BadRequest(escaped(str(exc))) from None
+
+
+async def _check_local_vhosts(request: web.Request, own_vhost: str, value: Any) -> None:
+    """A shovel acts in the vhosts of this broker its URIs name: the requester must have
+    access to each, as RabbitMQ checks the user who sets it."""
+    who = requester(request)
+    for other in sorted(local_vhosts(value, own_vhost)):
+        if not await who.may_access_vhost(other):
+            raise shapes.BadRequest(f"Validation failed\n\nuser '{who.name}' has no access to vhost '{other}'\n")
 
 
 @routes.delete("/api/parameters/{component}/{vhost}/{name}")
