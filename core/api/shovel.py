@@ -127,6 +127,17 @@ class ShovelSource(ShovelEndpoint):
         the source is done (`src-delete-after` reached); it raises EndpointFailure when
         the source goes away. Messages not settled by then come again after a restart."""
 
+    async def bind(self, routing_key: str, arguments: Mapping[str, Any]) -> None:
+        """Exchange federation: also take what the upstream exchange (`src-exchange`)
+        routes with this key and arguments into the source's queue (`src-queue`). Called
+        after `open` for each binding of the downstream exchange, and as they come and go.
+        Sources that cannot follow bindings keep this default, which refuses."""
+        raise EndpointFailure(f"the {self.name} source cannot follow bindings")
+
+    async def unbind(self, routing_key: str, arguments: Mapping[str, Any]) -> None:
+        """Undo `bind`."""
+        raise EndpointFailure(f"the {self.name} source cannot follow bindings")
+
     def pause(self) -> Awaitable[None] | None:
         """Stop taking new messages for now (queue federation with no local consumer to
         take them); the default does nothing."""

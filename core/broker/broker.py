@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,7 +15,7 @@ from lavin.api.auth import AuthBackend, AuthContext, StoredUser, User
 from lavin.api.printable import printable
 from lavin.api.shovel import EndpointFailure, LocalBroker
 from lavin.broker.access.access_control import AccessControl
-from lavin.broker.links.shovels import EndpointClasses
+from lavin.broker.links.endpoints import EndpointClasses
 from lavin.broker.policy.global_parameters import GlobalParameters
 from lavin.broker.routing.direct_reply import ReplyRegistry
 from lavin.broker.runtime.alarms import ResourceAlarms
@@ -74,6 +75,10 @@ class Broker(AuthContext):
         # listeners. Links start once it is (`start_links`).
         self.local: LocalBroker | None = None
         self.links_running = False
+        # Names this broker's queues on federation upstreams: the node, and the data dir,
+        # so that two brokers of one host federating from one upstream do not share a queue.
+        data_dir_hash = hashlib.sha1(str(config.data_dir.resolve()).encode()).hexdigest()[:8]
+        self.downstream_id = f"{self.alarms.node} {data_dir_hash}"
         self.access = AccessControl(config, self)
         self.global_parameters = GlobalParameters(config.data_dir)
         self.access.add_listener(self._user_changed)
@@ -104,7 +109,7 @@ class Broker(AuthContext):
         self.local = local
         self.links_running = True
         for vhost in self.vhosts.values():
-            vhost.shovels.start(vhost.policies.parameters)
+            vhost.links.start()
 
     def local_connections(self) -> LocalBroker:
         if self.local is None:
@@ -114,7 +119,7 @@ class Broker(AuthContext):
     async def shutdown(self) -> None:
         # Links first: their connections to this broker would otherwise fail and restart.
         self.links_running = False
-        await asyncio.gather(*(vhost.shovels.stop() for vhost in self.vhosts.values()))
+        await asyncio.gather(*(vhost.links.stop() for vhost in self.vhosts.values()))
         self.alarms.stop()
         await self.stats.stop()
         for connection in list(self.connections):
@@ -182,7 +187,7 @@ class Broker(AuthContext):
         vhost.start()
         self.vhosts[name] = vhost
         if self.links_running:
-            vhost.shovels.start(vhost.policies.parameters)
+            vhost.links.start()
 
     def stop_vhost(self, name: str) -> None:
         vhost = self.vhosts.pop(name)
@@ -199,7 +204,7 @@ class Broker(AuthContext):
         return vhost.data_dir
 
     def _stop_links(self, vhost: VHost) -> None:
-        self.loop.create_task(vhost.shovels.stop())
+        self.loop.create_task(vhost.links.stop())
 
     def apply_vhost_limits(self, name: str, max_connections: int, max_queues: int) -> None:
         self.vhosts[name].set_limits(max_connections, max_queues)

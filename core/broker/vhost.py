@@ -14,7 +14,7 @@ from lavin.api.arguments import InvalidArgument
 from lavin.api.message import Message
 from lavin.api.printable import printable
 from lavin.api.queue import QueueType, StreamType
-from lavin.broker.links.shovels import VHostShovels
+from lavin.broker.links.vhost_links import VHostLinks
 from lavin.broker.policy.arguments import (
     QueueSettings,
     check_durable_declaration,
@@ -88,10 +88,14 @@ class VHost(ExchangeHost):
         self.max_connections = -1
         self.max_queues = -1
         self.policies = VHostPolicies(name, self.data_dir, self.queues, self.exchanges)
-        self.shovels = VHostShovels(
-            name, broker.shovel_endpoints, broker.local_connections, self.policies.delete_parameter
+        self.links = VHostLinks(
+            self.policies,
+            broker.downstream_id,
+            broker.shovel_endpoints,
+            broker.local_connections,
+            self.exchanges,
+            self.queues,
         )
-        self.policies.watcher = self.shovels
         # The default exchange exists for passive declares and statistics; routing to it is
         # special-cased.
         self.default_exchange = Exchange(
@@ -220,6 +224,11 @@ class VHost(ExchangeHost):
             self.delete_queue(queue)
 
     def _changed(self, kind: str, name: str, action: str) -> None:
+        federation = self.links.federation
+        if kind == "binding" and (source := self.exchanges.get(name)) is not None:
+            federation.exchange_bindings_changed(source)
+        elif action == "deleted":
+            federation.forget(kind, name)
         hook = self.broker.registry.hooks.lavin_definitions_changed
         if hook.get_hookimpls():  # a hook call costs microseconds even with no plugin
             hook(vhost=self, kind=kind, name=name, action=action)
@@ -453,6 +462,7 @@ class VHost(ExchangeHost):
         queue.consumers.clear()
         for exchange in self._sources.pop(queue, ()):
             exchange.table.remove_destination(queue)
+            self.links.federation.exchange_bindings_changed(exchange)
             self._auto_delete_if_unbound(exchange)
         if queue.persistent and self.definitions is not None:
             # Whole or gone after a crash, never in part: see lavin.storage.queue_directories.

@@ -70,16 +70,12 @@ def parse_shovel(
     destination_uris = _uris(value, "dest-uri", reasons)
     source_classes = _endpoint_classes(source_uris, sources, "source", value, reasons)
     destination_classes = _endpoint_classes(destination_uris, destinations, "destination", value, reasons)
-    ack_mode = _ack_mode(value.get("ack-mode", AckMode.ON_CONFIRM.value), reasons)
-    delay = value.get("reconnect-delay", DEFAULT_RECONNECT_DELAY)
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
-        reasons.append(
-            f"reconnect-delay should be a number greater than or equal to 0, actually was {erlang_term(delay)}"
-        )
+    ack_mode = read_ack_mode(value, reasons)
+    delay = read_reconnect_delay(value, DEFAULT_RECONNECT_DELAY, reasons)
     if reasons:
         raise validation_failed(reasons)
     return ShovelDefinition(
-        name, value, source_uris, destination_uris, source_classes, destination_classes, ack_mode, float(delay)
+        name, value, source_uris, destination_uris, source_classes, destination_classes, ack_mode, delay
     )
 
 
@@ -116,10 +112,21 @@ def _endpoint_classes(
     return classes
 
 
-def _ack_mode(raw: Any, reasons: list[str]) -> AckMode:
+def read_ack_mode(value: Mapping[str, Any], reasons: list[str]) -> AckMode:
+    """`ack-mode` (default on-confirm), for shovels and federation upstreams alike."""
+    raw = value.get("ack-mode", AckMode.ON_CONFIRM.value)
     try:
         return AckMode(raw)
     except ValueError:
         modes = ", ".join(mode.value for mode in AckMode)
         reasons.append(f"ack-mode should be one of {modes}, actually was {erlang_term(raw)}")
         return AckMode.ON_CONFIRM
+
+
+def read_reconnect_delay(value: Mapping[str, Any], default: float, reasons: list[str]) -> float:
+    """`reconnect-delay` in seconds, for shovels and federation upstreams alike."""
+    delay = value.get("reconnect-delay", default)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+        reasons.append(f"reconnect-delay should be a number >= 0, actually was {erlang_term(delay)}")
+        return default
+    return float(delay)

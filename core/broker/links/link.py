@@ -15,7 +15,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -29,6 +29,7 @@ from lavin.api.shovel import (
     Settle,
     ShovelDestination,
     ShovelEndpoint,
+    ShovelMessage,
     ShovelSource,
 )
 from lavin.broker.links.definition import ShovelDefinition
@@ -54,6 +55,14 @@ class LinkCounters:
     starts: int = 0
 
 
+# What a federation link does to each message before it is sent on: the message to send
+# (with its `x-received-from` entry), or None to drop it (a cycle, or too many hops).
+Transform = Callable[[ShovelMessage], ShovelMessage | None]
+# Called once both ends are open, before the first message moves (a federation link binds
+# its upstream queue then).
+Opened = Callable[[ShovelSource], Awaitable[None]]
+
+
 class ShovelLink:
     def __init__(
         self,
@@ -61,11 +70,16 @@ class ShovelLink:
         definition: ShovelDefinition,
         local: Callable[[], LocalBroker],
         finished: Callable[[ShovelLink], None],
+        *,
+        transform: Transform | None = None,
+        opened: Opened | None = None,
     ) -> None:
         self.vhost = vhost
         self.definition = definition
         self._local = local
         self._finished = finished  # called once the source is done (`src-delete-after`)
+        self._transform = transform
+        self._opened = opened
         self.state = STARTING
         self.reason = ""
         self.changed_at = time.time()
@@ -150,6 +164,8 @@ class ShovelLink:
         try:
             await source.open()
             await destination.open()
+            if self._opened is not None:
+                await self._opened(source)
             self._set_state(RUNNING)
             return await self._move(source, destination)
         finally:
@@ -173,6 +189,7 @@ class ShovelLink:
         failure: asyncio.Future[None] = loop.create_future()
         pending: set[asyncio.Future[None]] = set()
         ack_mode = self.definition.ack_mode
+        transform = self._transform
 
         def confirmed(handed_over: asyncio.Future[None], settle: Settle) -> None:
             pending.discard(handed_over)
@@ -189,7 +206,11 @@ class ShovelLink:
                 failure.set_exception(error if isinstance(error, EndpointFailure) else EndpointFailure(str(error)))
 
         async def pump() -> None:
-            async for message, settle in source.messages():
+            async for received, settle in source.messages():
+                message = received if transform is None else transform(received)
+                if message is None:  # dropped: as good as handed over
+                    settle(True)
+                    continue
                 handed_over = await destination.send(message)
                 self.counters.forwarded += 1
                 if ack_mode is AckMode.ON_PUBLISH:

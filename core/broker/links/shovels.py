@@ -1,39 +1,22 @@
 """A vhost's shovels: one link per `shovel` runtime parameter, started when the broker is
 ready to take connections, started again when its parameter changes, stopped when it is
-cleared, when the vhost goes and when the broker shuts down. The vhost's parameters call
-`check_parameter` before they store a value and `parameter_changed` after."""
+cleared, when the vhost goes and when the broker shuts down."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any
 
 from lavin.api.printable import printable
-from lavin.api.shovel import LocalBroker, ShovelDestination, ShovelSource
+from lavin.api.shovel import LocalBroker
 from lavin.broker.links.definition import parse_shovel
+from lavin.broker.links.endpoints import SHOVEL_COMPONENT, EndpointClasses
 from lavin.broker.links.link import TERMINATED, ShovelLink
 from lavin.broker.policy.policy_rules import PolicyError
 
 log = logging.getLogger(__name__)
-
-SHOVEL_COMPONENT: Final = "shovel"
-
-
-class EndpointClasses:
-    """The shovel endpoints installed, by URI scheme (the registry's two groups)."""
-
-    def __init__(
-        self, sources: Mapping[str, type[ShovelSource]], destinations: Mapping[str, type[ShovelDestination]]
-    ) -> None:
-        self.sources = sources
-        self.destinations = destinations
-
-    def check_parameter(self, component: str, name: str, value: Any) -> None:
-        """PolicyError unless a `shovel` value can run; other components pass."""
-        if component == SHOVEL_COMPONENT:
-            parse_shovel(name, value, self.sources, self.destinations)
 
 
 class VHostShovels:
@@ -53,11 +36,6 @@ class VHostShovels:
         self.broken: dict[str, str] = {}
         self._stopping: set[asyncio.Task[None]] = set()
         self.running = False
-
-    # ---- what the vhost's parameters call ------------------------------------------------
-
-    def check_parameter(self, component: str, name: str, value: Any) -> None:
-        self.endpoints.check_parameter(component, name, value)
 
     def parameter_changed(self, component: str, name: str, value: Any | None) -> None:
         """Stop the old link of that name, if any, and start the new one."""

@@ -52,14 +52,20 @@ def check_parameter(component: str, value: Any) -> None:
 
 
 class ParameterWatcher(Protocol):
-    """What runs a vhost's runtime parameters (its shovels): it checks a value before it is
-    stored and acts on it after (the port `lavin.broker.links.shovels.VHostShovels` implements)."""
+    """What runs a vhost's runtime parameters and federation policies (its shovels and
+    federation links): it checks a value before it is stored, acts on it after, and hears
+    which policy applies to each exchange and queue (the port `lavin.broker.links.vhost_links.VHostLinks`
+    implements)."""
 
     def check_parameter(self, component: str, name: str, value: Any) -> None:
         """Raise PolicyError for a value that cannot run."""
 
     def parameter_changed(self, component: str, name: str, value: Any | None) -> None:
         """The value was stored (None: cleared)."""
+
+    def policy_applied(self, kind: str, name: str, definition: Mapping[str, Any]) -> None:
+        """The effective definition of an "exchange" or "queue" was worked out ({}: none),
+        at its declare or after a policy changed."""
 
 
 class PolicySubject(Protocol):
@@ -230,12 +236,18 @@ class VHostPolicies:
     def apply_to_queue(self, queue: PolicySubject) -> None:
         """Hand the queue the definition its policies make: a queue takes the settings its
         arguments and the definition make, a stream the retention (`stream_retention`)."""
-        queue.apply_policy(effective_definition(*self.queue_policies(queue)))
+        definition = effective_definition(*self.queue_policies(queue))
+        queue.apply_policy(definition)
+        if self.watcher is not None:
+            self.watcher.policy_applied("queue", queue.name, definition)
 
     def apply_to_exchange(self, exchange: PolicySubject) -> None:
         if not exchange.name:
             return  # the default exchange routes by queue name: an alternate never applies
-        exchange.apply_policy(effective_definition(*self.exchange_policies(exchange)))
+        definition = effective_definition(*self.exchange_policies(exchange))
+        exchange.apply_policy(definition)
+        if self.watcher is not None:
+            self.watcher.policy_applied("exchange", exchange.name, definition)
 
     def apply_all(self) -> None:
         """A policy changed: every queue and exchange of the vhost gets what now applies."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 from lavin.broker.links.definition import local_vhosts
-from lavin.broker.links.shovels import SHOVEL_COMPONENT
+from lavin.broker.links.endpoints import SHOVEL_COMPONENT
 from lavin.broker.policy.policy_rules import PolicyError
 from lavin.broker.vhost import VHost
 from lavin.management.definitions.document import VHOST_LIMITS_COMPONENT

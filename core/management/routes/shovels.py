@@ -31,7 +31,7 @@ routes = web.RouteTableDef()
 @routes.get("/api/shovels")
 async def list_shovels(request: web.Request) -> web.Response:
     node = node_name(broker_of(request))
-    rows = [row for vhost in await listed_vhosts(request) for row in vhost.shovels.status(node)]
+    rows = [row for vhost in await listed_vhosts(request) for row in vhost.links.shovels.status(node)]
     return await list_reply(request, rows)
 
 
@@ -39,7 +39,7 @@ async def list_shovels(request: web.Request) -> web.Response:
 async def list_vhost_shovels(request: web.Request) -> web.Response:
     vhost = path_vhost(request)
     await requester(request).require_vhost(vhost.name)
-    return await list_reply(request, vhost.shovels.status(node_name(broker_of(request))))
+    return await list_reply(request, vhost.links.shovels.status(node_name(broker_of(request))))
 
 
 @routes.get("/api/shovels/vhost/{vhost}/{name}")
@@ -47,7 +47,7 @@ async def get_shovel(request: web.Request) -> web.Response:
     vhost = path_vhost(request)
     await requester(request).require_vhost(vhost.name)
     name = request.match_info["name"]
-    for row in vhost.shovels.status(node_name(broker_of(request))):
+    for row in vhost.links.shovels.status(node_name(broker_of(request))):
         if row["name"] == name:
             return reply(row)
     raise ObjectNotFound
@@ -56,7 +56,7 @@ async def get_shovel(request: web.Request) -> web.Response:
 async def _link(request: web.Request) -> ShovelLink:
     """The shovel the path names, for a policymaker on its vhost; 404 when there is none."""
     await requester(request).require_policymaker(request.match_info["vhost"])
-    link = path_vhost(request).shovels.links.get(request.match_info["name"])
+    link = path_vhost(request).links.shovels.links.get(request.match_info["name"])
     if link is None:
         raise ObjectNotFound
     return link
