@@ -1,4 +1,5 @@
-"""`lavin ctl` for shovels (rabbitmqctl's `shovel_status`, from the shovel plugin)."""
+"""`lavin ctl` for shovels and federation links (rabbitmqctl's `shovel_status` and
+`federation_status`, from RabbitMQ's shovel and federation plugins)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,26 @@ def shovel_status(s: Session) -> None:
     """List every shovel with its state, its ends (no passwords) and what it moved."""
     s.info("Shovel status on node ...")
     s.show(SHOVEL_COLUMNS, s.client.expect(s.client.get(path("shovels"))).json())
+
+
+FEDERATION_COLUMNS = (
+    "type",
+    "vhost",
+    "exchange",
+    "queue",
+    "upstream",
+    "uri",
+    "status",
+    "forwarded",
+    "timestamp",
+    "error",
+)
+
+
+@ctl.command("federation_status")
+@table_options
+@click.pass_obj
+def federation_status(s: Session) -> None:
+    """List every federation link: what it federates, from which upstream, and its status."""
+    s.info("Listing federation links on node ...")
+    s.show(FEDERATION_COLUMNS, s.client.expect(s.client.get(path("federation-links"))).json())
