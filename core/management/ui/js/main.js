@@ -9,7 +9,7 @@ import * as clients from "./clients.js";
 import * as definitions from "./definitions.js";
 import * as exchanges from "./exchanges.js";
 import * as overview from "./overview.js";
-import * as placeholders from "./placeholders.js";
+import * as links from "./links.js";
 import * as policies from "./policies.js";
 import * as queue from "./queue.js";
 import * as queues from "./queues.js";
@@ -26,7 +26,7 @@ const PAGES = {
   users: access.users,
   policies: policies.render,
   definitions: definitions.render,
-  shovels: placeholders.shovels,
+  shovels: links.render,
 };
 
 const main = document.getElementById("main");
