@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from lavin.api import EndpointSettings, InvalidEndpoint, ShovelMessage
+from lavin.api import EndpointFailure, EndpointSettings, InvalidEndpoint, ShovelMessage
 from lavin.plugins.federation.http_destination import Backoff, HttpDestination, HttpsDestination
 from lavin.testing import ShovelDestinationKit
 
@@ -93,7 +93,9 @@ def run_with_server(check: Callable[[FarSide], Awaitable[None]], server: FarSide
     return server
 
 
-async def open_destination(uri: str, definition: dict[str, Any] | None = None, backoff: Backoff = FAST) -> HttpDestination:
+async def open_destination(
+    uri: str, definition: dict[str, Any] | None = None, backoff: Backoff = FAST
+) -> HttpDestination:
     destination = HttpDestination(settings(uri, definition))
     destination.backoff = backoff
     await destination.open()
@@ -279,11 +281,11 @@ def test_a_message_that_keeps_failing_fails_its_future_and_then_send() -> None:
         try:
             started = time.monotonic()
             future = await destination.send(ShovelMessage(b"x"))
-            with pytest.raises(Exception, match=r"failed \d+ times in 1s: 500 Internal Server Error"):
+            with pytest.raises(EndpointFailure, match=r"failed \d+ times in 1s: 500 Internal Server Error"):
                 async with asyncio.timeout(5):
                     await future
             assert time.monotonic() - started < 3
-            with pytest.raises(Exception, match="500 Internal Server Error"):
+            with pytest.raises(EndpointFailure, match="500 Internal Server Error"):
                 await destination.send(ShovelMessage(b"y"))
         finally:
             await destination.close()

@@ -148,7 +148,9 @@ class ShovelSourceKit(ShovelEndpointKit):
         assert isinstance(source, ShovelSource), f"{source!r} is not a ShovelSource"
         return source
 
-    async def take(self, messages: AsyncIterator[tuple[ShovelMessage, Settle]], count: int) -> list[tuple[bytes, Settle]]:
+    async def take(
+        self, messages: AsyncIterator[tuple[ShovelMessage, Settle]], count: int
+    ) -> list[tuple[bytes, Settle]]:
         """The next `count` messages' bodies and settle callbacks."""
         taken: list[tuple[bytes, Settle]] = []
 

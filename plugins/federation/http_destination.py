@@ -70,9 +70,8 @@ class HttpDestination(ShovelDestination):
         if parts.username is not None:
             credentials = aiohttp.encode_basic_auth(unquote(parts.username), unquote(parts.password or ""))
             self._headers["Authorization"] = credentials
-        self._shown_uri = urlunsplit(
-            (parts.scheme, netloc if parts.username is None else f"{parts.username}@{netloc}", parts.path, parts.query, "")
-        )
+        shown_netloc = netloc if parts.username is None else f"{parts.username}@{netloc}"  # no password
+        self._shown_uri = urlunsplit((parts.scheme, shown_netloc, parts.path, parts.query, ""))
         self.backoff = Backoff()
         self._slots = asyncio.Semaphore(_prefetch_count(settings.definition))
         self._session: aiohttp.ClientSession | None = None
@@ -87,7 +86,9 @@ class HttpDestination(ShovelDestination):
         except ValueError as exc:
             raise InvalidEndpoint(f"{cls.name} destination URI is not valid: {exc}") from None
         if parts.scheme != cls.name:
-            raise InvalidEndpoint(f"the {cls.name} destination takes {cls.name}:// URIs, not {parts.scheme or 'none'}://")
+            raise InvalidEndpoint(
+                f"the {cls.name} destination takes {cls.name}:// URIs, not {parts.scheme or 'none'}://"
+            )
         if not parts.hostname:
             raise InvalidEndpoint(f"{cls.name} destination URI has no host")
         _prefetch_count(definition)
@@ -126,7 +127,9 @@ class HttpDestination(ShovelDestination):
         self._posts.pop(task, None)
         self._slots.release()
 
-    async def _deliver(self, session: aiohttp.ClientSession, message: ShovelMessage, future: asyncio.Future[None]) -> None:
+    async def _deliver(
+        self, session: aiohttp.ClientSession, message: ShovelMessage, future: asyncio.Future[None]
+    ) -> None:
         """POST until a 2xx, waiting longer after each failure; then settle the future."""
         url, headers = self._request(message)
         started, failures = time.monotonic(), 0
@@ -145,7 +148,13 @@ class HttpDestination(ShovelDestination):
                     future.set_exception(self._failure)
                 return
             delay = self.backoff.delay(failures)
-            log.info("shovel '%s': POST to %s failed (%s); retrying in %gs", self.settings.link_name, self._shown_uri, problem, delay)
+            log.info(
+                "shovel '%s': POST to %s failed (%s); retrying in %gs",
+                self.settings.link_name,
+                self._shown_uri,
+                problem,
+                delay,
+            )
             await asyncio.sleep(delay)
 
     @staticmethod
