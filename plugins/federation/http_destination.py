@@ -73,7 +73,8 @@ class HttpDestination(ShovelDestination):
         shown_netloc = netloc if parts.username is None else f"{parts.username}@{netloc}"  # no password
         self._shown_uri = urlunsplit((parts.scheme, shown_netloc, parts.path, parts.query, ""))
         self.backoff = Backoff()
-        self._slots = asyncio.Semaphore(_prefetch_count(settings.definition))
+        self._limit = _prefetch_count(settings.definition)
+        self._slots = asyncio.Semaphore(self._limit)
         self._session: aiohttp.ClientSession | None = None
         self._posts: dict[asyncio.Task[None], asyncio.Future[None]] = {}
         self._failure: EndpointFailure | None = None
@@ -95,7 +96,9 @@ class HttpDestination(ShovelDestination):
 
     async def open(self) -> None:
         self._failure = None
-        self._session = aiohttp.ClientSession(timeout=REQUEST_TIMEOUT, headers=self._headers)
+        # A connection for each POST in flight, so none waits for one (and times out) in the pool.
+        connector = aiohttp.TCPConnector(limit=self._limit)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=REQUEST_TIMEOUT, headers=self._headers)
 
     async def close(self) -> None:
         posts, self._posts = self._posts, {}
