@@ -135,7 +135,15 @@ def test_headers_are_those_lavinmq_sends() -> None:
     properties = {
         "content_type": "application/json",
         "message_id": "m-1",
-        "headers": {"region": "eu", "attempt": 2, "urgent": True, "bad\nname": "x", "injected": "a\r\nX-Evil: 1"},
+        "headers": {
+            "region": "eu",
+            "attempt": 2,
+            "urgent": True,
+            "bad\nname": "x",
+            "injected": "a\r\nX-Evil: 1",
+            "control": "a\x7fb\x01c",
+            "text": "été",
+        },
     }
 
     async def check(server: FarSide) -> None:
@@ -155,6 +163,7 @@ def test_headers_are_those_lavinmq_sends() -> None:
     assert headers["X-Message-Id"] == "m-1"
     assert (headers["X-region"], headers["X-attempt"], headers["X-urgent"]) == ("eu", "2", "true")
     assert headers["X-injected"] == "a X-Evil: 1" and "X-Evil" not in headers
+    assert (headers["X-control"], headers["X-text"]) == ("a b c", "été")
     assert not any(name.startswith("X-bad") for name in headers)
 
 

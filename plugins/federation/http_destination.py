@@ -33,10 +33,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PREFETCH_COUNT = 1000  # RabbitMQ's src-prefetch-count default
 USER_AGENT = "Lavin"
+ANSWER_READ_LIMIT = 64 * 1024  # bytes
 # LavinMQ's client: 10 s to connect, 30 s to read; the whole request is bounded too.
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60, connect=10, sock_read=30)
 # An HTTP header name is a token (RFC 9110); headers whose names are not are left out.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]+")
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,13 @@ class HttpDestination(ShovelDestination):
         return future
 
     def _post_done(self, task: asyncio.Task[None]) -> None:
-        self._posts.pop(task, None)
+        future = self._posts.pop(task, None)
         self._slots.release()
+        fault = None if task.cancelled() else task.exception()
+        if fault is not None and future is not None and not future.done():
+            # A fault of ours, not of the far side: the message must not wait forever.
+            log.error("shovel '%s': POST to %s failed", self.settings.link_name, self._shown_uri, exc_info=fault)
+            future.set_exception(EndpointFailure(f"POST to {self._shown_uri} failed: {fault!r}"))
 
     async def _deliver(
         self, session: aiohttp.ClientSession, message: ShovelMessage, future: asyncio.Future[None]
@@ -165,7 +172,10 @@ class HttpDestination(ShovelDestination):
         """None when the far side took the message, else what went wrong."""
         try:
             async with session.post(url, data=body, headers=headers) as response:
-                await response.read()
+                # The answer's body is not needed: a small one is read so that the connection
+                # can be used again, a large or unsized one is dropped with it.
+                if response.content_length is not None and response.content_length <= ANSWER_READ_LIMIT:
+                    await response.read()
                 if 200 <= response.status < 300:
                     return None
                 return f"{response.status} {response.reason or ''}".strip()
@@ -173,6 +183,8 @@ class HttpDestination(ShovelDestination):
             return "timed out"
         except aiohttp.ClientError as exc:
             return str(exc) or type(exc).__name__
+        except ValueError as exc:  # a URL yarl cannot make of the uri_path header
+            return f"cannot make the request: {exc}"
 
     def _request(self, message: ShovelMessage) -> tuple[str, dict[str, str]]:
         properties = message.properties
@@ -205,7 +217,8 @@ def _prefetch_count(definition: Mapping[str, Any]) -> int:
 
 def _header_value(value: Any) -> str:
     """A message header's value as header text: strings as they are, other values in a
-    readable form; line breaks become spaces, so a value cannot start another header."""
+    readable form; line breaks and other control characters (which aiohttp refuses) become
+    spaces, so a value cannot start another header."""
     if isinstance(value, bool):
         text = "true" if value else "false"
     elif value is None:
@@ -216,7 +229,7 @@ def _header_value(value: Any) -> str:
         text = json.dumps(value, default=str, ensure_ascii=False)
     else:
         text = str(value)
-    return re.sub(r"[\r\n\x00]+", " ", text)
+    return _CONTROL.sub(" ", text)
 
 
 __all__ = ["Backoff", "HttpDestination", "HttpsDestination"]
