@@ -87,7 +87,8 @@ class ShovelEndpointKit:
         """Bring it back, with what it held before it broke."""
 
     def new_endpoint(self) -> ShovelEndpoint:
-        """The endpoint under test, not yet open."""
+        """The endpoint under test, not yet open; a new one for each start, as the core
+        makes one each time it starts a link."""
         return self.endpoint_class(self.endpoint_settings())
 
     # -- helpers ---------------------------------------------------------------------------

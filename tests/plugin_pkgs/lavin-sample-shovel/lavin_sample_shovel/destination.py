@@ -37,6 +37,7 @@ class FileDestination(ShovelDestination):
         return {"dest_uri": self.settings.uri}
 
     async def open(self) -> None:
+        self._failure = None
         await self._write([])  # the folder exists and the file can be appended to
         self._writer = asyncio.create_task(self._write_batches())
 

@@ -44,6 +44,8 @@ class FileSource(ShovelSource):
         return {"src_uri": self.settings.uri}
 
     async def open(self) -> None:
+        self._unsettled.clear()
+        self._settled.clear()
         try:
             self._offset = self._saved_offset = await asyncio.to_thread(_read_offset, self.offset_path)
             self._file = await asyncio.to_thread(open, self.path, "rb")
@@ -64,7 +66,12 @@ class FileSource(ShovelSource):
             raise EndpointFailure(f"the file source {self.path} is not open")
         position, buffer = self._offset, b""
         while True:
-            chunk = await asyncio.to_thread(file.read, READ_SIZE)
+            try:
+                chunk = await asyncio.to_thread(file.read, READ_SIZE)
+            except (OSError, ValueError) as exc:
+                if self._file is None:
+                    return  # closed while reading
+                raise EndpointFailure(f"cannot read {self.path}: {exc}") from None
             if not chunk:
                 await self._check_still_there(file)
                 await asyncio.sleep(POLL_INTERVAL)
