@@ -2,6 +2,8 @@
 
 - `ExchangeTypeKit`, `QueueTypeKit`: conformance tests that a third-party exchange type or
   queue type inherits in its own test suite.
+- `ShovelSourceKit`, `ShovelDestinationKit` (both `ShovelEndpointKit`s): conformance tests
+  for shovel endpoints, run against a far side the subclass starts.
 - `EmptyAuthContext`: the broker's side of `AuthBackend.configure`, for testing an auth
   backend in-process.
 - `running_broker`, `LavinBroker`: a broker in a background thread of the test process;
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from lavin.testing.broker import LavinBroker, running_broker
     from lavin.testing.exchange_kit import ExchangeTypeKit, Publish, StubDestination
     from lavin.testing.queue_kit import QueueTypeKit
+    from lavin.testing.shovel_kit import ShovelDestinationKit, ShovelEndpointKit, ShovelSourceKit
 
 _HOME = {
     "EmptyAuthContext": "lavin.testing.auth_context",
@@ -30,6 +33,9 @@ _HOME = {
     "Publish": "lavin.testing.exchange_kit",
     "StubDestination": "lavin.testing.exchange_kit",
     "QueueTypeKit": "lavin.testing.queue_kit",
+    "ShovelDestinationKit": "lavin.testing.shovel_kit",
+    "ShovelEndpointKit": "lavin.testing.shovel_kit",
+    "ShovelSourceKit": "lavin.testing.shovel_kit",
 }
 
 __all__ = [
@@ -38,6 +44,9 @@ __all__ = [
     "LavinBroker",
     "Publish",
     "QueueTypeKit",
+    "ShovelDestinationKit",
+    "ShovelEndpointKit",
+    "ShovelSourceKit",
     "StubDestination",
     "running_broker",
 ]

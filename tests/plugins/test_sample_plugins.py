@@ -1,6 +1,7 @@
 """The sample third-party packages in tests/plugin_pkgs, used as their authors would: built
 and installed into this environment, their own test suites run (Lavin's conformance kits),
-then both types and the auth backend used from pika against a broker that enables them."""
+then both types and the auth backend used from pika against a broker that enables them.
+The shovel sample's file endpoints are checked by its own suite, through the shovel kits."""
 
 from __future__ import annotations
 
@@ -18,8 +19,13 @@ from broker_process import BrokerFactory
 from helpers import closes_channel
 
 PLUGIN_PKGS = Path(__file__).resolve().parent.parent / "plugin_pkgs"
-# distribution -> the type or auth backend it adds
-SAMPLES = {"lavin-sample-exchange": "x-prefix", "lavin-sample-queue": "x-lifo", "lavin-sample-auth": "sample-auth"}
+# distribution -> the type, auth backend or shovel endpoints it adds
+SAMPLES = {
+    "lavin-sample-exchange": "x-prefix",
+    "lavin-sample-queue": "x-lifo",
+    "lavin-sample-auth": "sample-auth",
+    "lavin-sample-shovel": "file",
+}
 
 
 def run_quietly(*command: str, cwd: Path | None = None) -> str:
