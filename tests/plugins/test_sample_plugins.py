@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pika
 import pytest
+import requests
 from broker_process import BrokerFactory
-from helpers import closes_channel
+from helpers import closes_channel, wait_until
 
 PLUGIN_PKGS = Path(__file__).resolve().parent.parent / "plugin_pkgs"
 # distribution -> the type, auth backend or shovel endpoints it adds
@@ -103,3 +104,27 @@ def test_sample_auth_backend_comes_before_the_internal_one(broker_factory: Broke
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         pika.BlockingConnection(pika.URLParameters(carol_url.replace("carol-pw", "guest")))
     assert "login of user 'carol' from 127.0.0.1 refused: wrong password for user 'carol'" in broker.output
+
+
+@pytest.mark.usefixtures("sample_packages")
+def test_a_shovel_picks_the_file_destination_by_its_scheme(broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    target = tmp_path / "out" / "orders.jsonl"
+    value = {"src-uri": "amqp://", "src-queue": "orders", "dest-uri": f"file://{target}"}
+    not_enabled = broker_factory()
+    refused = requests.put(f"{not_enabled.http_url}/api/parameters/shovel/%2F/to-file", json={"value": value},
+                           auth=("guest", "guest"), timeout=10)  # fmt: skip
+    assert refused.status_code == 400 and "scheme 'file' is not installed" in refused.text
+    broker = broker_factory(extra_args=["--plugin", "file"])
+    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+    channel = connection.channel()
+    channel.queue_declare("orders", durable=True)
+    channel.confirm_delivery()
+    for number in range(3):
+        channel.basic_publish("", "orders", f"order {number}".encode())
+    response = requests.put(f"{broker.http_url}/api/parameters/shovel/%2F/to-file", json={"value": value},
+                            auth=("guest", "guest"), timeout=10)  # fmt: skip
+    assert response.status_code == 201, response.text
+    wait_until(lambda: target.exists() and len(target.read_text().splitlines()) == 3, "three lines in the file")
+    assert [json.loads(line)["body"] for line in target.read_text().splitlines()] == ["order 0", "order 1", "order 2"]
+    wait_until(lambda: channel.queue_declare("orders", passive=True).method.message_count == 0, "the queue to empty")
+    connection.close()
