@@ -133,3 +133,20 @@ def test_a_non_durable_queue_keeps_no_persistent_messages(broker: BrokerProcess)
         channel.basic_get(queue)
         assert held(broker, queue) == expected(530, 100, (0, 0), 4, 530)
         channel.queue_delete(queue)
+
+
+def test_a_streams_unacked_bytes_are_read_from_its_log(broker: BrokerProcess) -> None:
+    queue = unique_name("stream")
+    with pika.BlockingConnection(pika.URLParameters(broker.url)) as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "stream"})
+        publish(channel, queue)
+        channel.basic_qos(prefetch_count=2)
+        channel.basic_consume(queue, lambda *args: None, arguments={"x-stream-offset": "first"})
+        wait_until(lambda: held(broker, queue)["message_bytes_unacknowledged"] == 300, "two deliveries")
+        fields = held(broker, queue)
+        assert (fields["messages_persistent"], fields["messages_ram"], fields["message_bytes_ram"]) == (0, 0, 0)
+        # Hand the deliveries to the callback: pika would nack undispatched ones on close,
+        # and a stream refuses a nack.
+        connection.process_data_events(time_limit=0.2)
+        channel.queue_delete(queue)

@@ -9,10 +9,12 @@ for Lavin's stores.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from lavin.api.queue import StreamType
 from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.broker.runtime.stats import ConnectionSnapshot
@@ -90,6 +92,14 @@ def held_messages(queue: Queue, unacked_ids: list[int]) -> HeldMessages:
             ram_bytes,
         )
     if isinstance(queue, StreamQueue):  # its log is read from files by the consumers' readers
-        stream = queue.store
-        return HeldMessages(stream.ready_bytes, stream.taken_totals(stored)[0] if stored else 0)
+        return HeldMessages(queue.store.ready_bytes, _stream_bytes(queue.store, stored))
     return HeldMessages()
+
+
+def _stream_bytes(stream: StreamType, offsets: list[int]) -> int:
+    """Body bytes of the messages at `offsets`; one retention deleted since counts none."""
+    total = 0
+    for offset in offsets:
+        with contextlib.suppress(LookupError):
+            total += len(stream.read(offset).body)
+    return total
