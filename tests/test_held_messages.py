@@ -1,13 +1,17 @@
 """A queue's bytes, persistent messages and messages in memory, as the management API's
 queue fields and the Prometheus queue metrics give them (docs/compatibility.md says what
-"persistent" and "in RAM" mean for Lavin's stores): exact numbers after known publishes,
-deliveries, requeues, acks and a restart."""
+"persistent" and "in RAM" mean for Lavin's stores) and `lavin ctl list_queues` shows: exact
+numbers after known publishes, deliveries, requeues, acks and a restart."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pika
 import requests
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, hermetic_env
 from helpers import unique_name, wait_until
 from test_prometheus import metrics_url, scrape, value
 
@@ -132,6 +136,13 @@ def test_a_non_durable_queue_keeps_no_persistent_messages(broker: BrokerProcess)
         publish(channel, queue)
         channel.basic_get(queue)
         assert held(broker, queue) == expected(530, 100, (0, 0), 4, 530)
+        columns = ("name", "messages_persistent", "messages_ram", "message_bytes", "message_bytes_unacknowledged")
+        ctl = [sys.executable, "-m", "lavin", "ctl", "--data-dir", str(broker.data_dir)]
+        listed = subprocess.run(
+            [*ctl, "list_queues", "--json", *columns],
+            capture_output=True, text=True, timeout=30, env=hermetic_env(), check=True,
+        )  # fmt: skip
+        assert dict(zip(columns, (queue, 0, 4, 630, 100), strict=True)) in json.loads(listed.stdout)
         channel.queue_delete(queue)
 
 
