@@ -6,7 +6,6 @@ interpreter imports: the source tree in an editable install, site-packages other
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
@@ -22,25 +21,6 @@ from typing import IO
 
 START_TIMEOUT = 15.0
 _instances = itertools.count(1)  # names each broker's log and ready file apart
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now, for a server of the test's own (an
-    auth backend's). Another process may take it before that server binds it: a broker is
-    started on port 0 instead and says in its ready file which port it got."""
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` different loopback TCP ports nobody listens on right now: held open together
-    while they are picked, since one released port may be handed out again at once."""
-    with contextlib.ExitStack() as held:
-        ports = []
-        for _ in range(count):
-            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("127.0.0.1", 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
 
 
 def hermetic_env() -> dict[str, str]:

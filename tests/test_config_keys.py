@@ -25,7 +25,7 @@ from typing import NamedTuple
 import click
 import pika
 import pytest
-from broker_process import BrokerProcess, free_port, hermetic_env
+from broker_process import BrokerProcess, hermetic_env
 from helpers import closes_channel, open_session
 from lavin import cli as lavin_cli
 from lavin.client.wire import PROTOCOL_HEADER, Connection, connect
@@ -52,11 +52,11 @@ max_message_size = {MAX_MESSAGE_SIZE}
 class ConfiguredBroker(BrokerProcess):
     """`lavin serve --config FILE` and nothing else but the ready file the fixture waits for:
     data dir, address, ports and log level come from the file, which names the same data
-    dir and AMQP port as this object (the HTTP ports are 0, learnt from the ready file)."""
+    dir as this object and port 0 for each listener: the ports are learnt from the ready file."""
 
     def __init__(self, tmp_path: Path, settings: str, *, host: str = "127.0.0.1", env: dict[str, str] | None = None):
         self.host = host
-        super().__init__(tmp_path / "data", port=free_port(), env=env)
+        super().__init__(tmp_path / "data", env=env)
         self.ini = tmp_path / "lavin.ini"
         self.ini.write_text(
             f"[main]\ndata_dir = {self.data_dir}\nmetrics_http_port = {self.metrics_port}\n"

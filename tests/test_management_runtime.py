@@ -13,7 +13,7 @@ from urllib.parse import quote
 import pika
 import pytest
 import requests
-from broker_process import BrokerProcess, free_port, stop_quietly
+from broker_process import BrokerProcess, stop_quietly
 from control_helpers import ctl_ok
 from helpers import process_until, round_trip, unique_name
 from prometheus_client.parser import text_string_to_metric_families
@@ -365,7 +365,7 @@ def test_health_checks_pass_on_a_healthy_broker(broker: BrokerProcess) -> None:
     for check in ("alarms", "local-alarms", "virtual-hosts"):
         assert get_json(broker, f"/api/health/checks/{check}") == {"status": "ok"}, check
     assert get_json(broker, f"/api/health/checks/port-listener/{broker.port}") == {"status": "ok", "port": broker.port}
-    unused = free_port()
+    unused = min(set(range(1024, 65536)) - set(broker.listeners.values()))  # not one of the broker's listeners
     failed = call(broker, "GET", f"/api/health/checks/port-listener/{unused}")
     assert failed.status_code == 503
     assert failed.json()["status"] == "failed" and failed.json()["missing"] == unused

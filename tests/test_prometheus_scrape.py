@@ -4,6 +4,7 @@ Skipped where the `prometheus` command is not installed."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -13,11 +14,12 @@ from typing import Any
 import pika
 import pytest
 import requests
-from broker_process import BrokerProcess, free_ports, port_accepts
+from broker_process import BrokerProcess
 from helpers import unique_name, wait_until
 from test_prometheus_dashboard import dashboard_metric_names
 
 PROMETHEUS = shutil.which("prometheus")
+LISTENING = re.compile(r'msg="Listening on" address=127\.0\.0\.1:(\d+)')  # the port it bound
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package is not installed")
 # One of the dashboard's queries, its label filters left out: the publishers panel.
 PUBLISHERS_PANEL = (
@@ -29,7 +31,6 @@ PUBLISHERS_PANEL = (
 def prometheus(broker: BrokerProcess, tmp_path: Path) -> Iterator[str]:
     """A Prometheus scraping the broker's metrics port every second; its API's address."""
     assert PROMETHEUS is not None
-    (port,) = free_ports(1)
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n"
@@ -41,13 +42,16 @@ def prometheus(broker: BrokerProcess, tmp_path: Path) -> Iterator[str]:
         PROMETHEUS,
         f"--config.file={config}",
         f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
+        "--web.listen-address=127.0.0.1:0",  # it binds a port and logs which
     ]
-    with (tmp_path / "prometheus.log").open("wb") as log:
+    log_path = tmp_path / "prometheus.log"
+    with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: port_accepts(port), "Prometheus to listen", timeout=30)
-        yield f"http://127.0.0.1:{port}"
+        wait_until(lambda: LISTENING.search(log_path.read_text(errors="replace")), "Prometheus to listen", timeout=30)
+        match = LISTENING.search(log_path.read_text(errors="replace"))
+        assert match is not None
+        yield f"http://127.0.0.1:{match[1]}"
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pika
 import pytest
 from access_helpers import in_process_broker, read_json
-from broker_process import BrokerProcess, free_port
+from broker_process import BrokerProcess
 from lavin.api import Access, AccessRefused, TopicPermissions, User, VHostPermissions
 from lavin.broker.access import passwords
 from lavin.broker.access.access_control import AccessControlError, NotFoundError
@@ -259,7 +259,7 @@ class ConfiguredBroker(BrokerProcess):
 
     def __init__(self, tmp_path: Path, host: str = "127.0.0.1") -> None:
         self.host = host
-        super().__init__(tmp_path / "data", port=free_port())
+        super().__init__(tmp_path / "data")
         self.ini = tmp_path / "lavin.ini"
 
     def configure(self, settings: str) -> None:

@@ -47,9 +47,9 @@ _IMMEDIATE: Final = 0x02  # the second bit of basic.publish's flags
 # Bodies of several frames allocated whole before their frames are in, across connections.
 PREALLOCATED_BODIES_MAX: Final = 256 * 1024 * 1024
 
-# An unacked delivery: where it settles, the store's message id, the consumer (None for
-# basic.get), and its body's size (for the unacked bytes, summed when a scrape asks).
-Unacked = tuple[Settles, int, ChannelConsumer | None, int]
+# An unacked delivery: where it settles, the store's message id, and the consumer (None
+# for basic.get). Statistics ask the store about the message when they need its size.
+Unacked = tuple[Settles, int, ChannelConsumer | None]
 
 
 class Channel:
@@ -460,7 +460,7 @@ class Channel:
         else:
             self.delivered += 1
             queue.delivered += 1
-            self.unacked[tag] = (settles, message_id, consumer, len(message.body))
+            self.unacked[tag] = (settles, message_id, consumer)
             consumer.unacked += 1
             queue.unacked += 1
             self.consumer_unacked += 1
@@ -505,7 +505,7 @@ class Channel:
         else:
             self.got += 1
             queue.got += 1
-            self.unacked[tag] = (queue, message_id, None, len(message.body))
+            self.unacked[tag] = (queue, message_id, None)
             queue.unacked += 1
             self.consumer_timeout().watch(tag, queue)  # RabbitMQ times out basic.get deliveries too
         self.output.send(
@@ -536,7 +536,7 @@ class Channel:
     def ack_now(self, tag: int, multiple: bool) -> None:
         entries = self._take(tag, multiple)
         self.acked += len(entries)
-        for settles, message_id, consumer, _ in entries:
+        for settles, message_id, consumer in entries:
             settles.ack(message_id)
             if consumer is not None:
                 consumer.queue.acked += 1
@@ -549,7 +549,7 @@ class Channel:
         if requeue:
             self._requeue(entries)
         else:
-            for queue, message_id, _, _ in entries:
+            for queue, message_id, _ in entries:
                 queue.reject(message_id)
         self.resume_deliveries()
 
@@ -580,7 +580,7 @@ class Channel:
 
     def _forget(self, entries: list[Unacked]) -> None:
         """These deliveries are no longer unacked: settled, or going back to their queues."""
-        for settles, _, consumer, _ in entries:
+        for settles, _, consumer in entries:
             if consumer is not None:
                 consumer.unacked -= 1
                 consumer.queue.unacked -= 1
@@ -598,7 +598,7 @@ class Channel:
     @staticmethod
     def _requeue(entries: Iterable[Unacked]) -> None:
         by_queue: dict[Settles, list[int]] = {}
-        for queue, message_id, _, _ in entries:
+        for queue, message_id, _ in entries:
             by_queue.setdefault(queue, []).append(message_id)
         for queue, message_ids in by_queue.items():
             queue.requeue(message_ids)

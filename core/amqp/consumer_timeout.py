@@ -87,7 +87,7 @@ class ConsumerTimeout:
         oldest = next(iter(unacked))
         while notes[0][0] < oldest:  # everything up to that tag is settled
             notes.popleft()
-        settles, _, consumer, _ = unacked[oldest]
+        settles, _, consumer = unacked[oldest]
         queue = consumer.queue if consumer is not None else settles
         timeout = self.limit(queue) if isinstance(queue, Queue) else 0
         if timeout and (now - notes[0][1]) * 1000 >= timeout:

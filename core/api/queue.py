@@ -91,6 +91,25 @@ class MessageStore(ABC):
         """Writes of message records to disk so far (RabbitMQ's `disk_writes`)."""
         return 0
 
+    @property
+    def ready_persistent(self) -> tuple[int, int]:
+        """(messages, body bytes) of the ready messages that a restart keeps (RabbitMQ's
+        persistent counts); (0, 0) for a type that does not count them."""
+        return 0, 0
+
+    @property
+    def ready_in_memory(self) -> tuple[int, int]:
+        """(messages, body bytes) of the ready messages held in memory rather than read from
+        files when delivered (RabbitMQ's ram counts); (0, 0) for a type that does not count
+        them."""
+        return 0, 0
+
+    def taken_totals(self, message_ids: Iterable[int]) -> tuple[int, int, int]:
+        """(body bytes, persistent messages, their body bytes) of these delivered, unacked
+        messages, asked when statistics are read, never per message. The default reads
+        each message and counts none as persistent, as `ready_persistent` does."""
+        return sum(len(self.read(message_id).body) for message_id in message_ids), 0, 0
+
     def flush(self) -> list[int]:
         """Hand buffered writes to the OS; return the fds the core must fsync (rule 1)."""
         return []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 import time
 from collections.abc import Coroutine, Iterator, Mapping
@@ -27,7 +28,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pika
 import pytest
-from broker_process import BrokerFactory, BrokerProcess, free_port
+from broker_process import BrokerFactory, BrokerProcess
 from helpers import closes_channel
 from lavin.api import Access, User
 from lavin.client.wire import PROTOCOL_HEADER, Connection
@@ -49,9 +50,9 @@ class Recorded:
 
 @dataclass
 class AuthService:
-    """RabbitMQ's HTTP auth protocol, served on a free loopback port."""
+    """RabbitMQ's HTTP auth protocol, served on a loopback port its server binds (0 until then)."""
 
-    port: int = field(default_factory=free_port)
+    port: int = 0
     requests: list[Recorded] = field(default_factory=list)
 
     def url(self, path: str) -> str:
@@ -116,7 +117,8 @@ class Handler(BaseHTTPRequestHandler):
 def service() -> Iterator[AuthService]:
     service = AuthService()
     handler = type("BoundHandler", (Handler,), {"service": service})
-    server = ThreadingHTTPServer(("127.0.0.1", service.port), handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    service.port = server.server_port
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -305,7 +307,10 @@ def test_a_failing_service_denies_with_a_warning(
 
 
 def test_an_unreachable_service_denies(caplog: pytest.LogCaptureFixture) -> None:
-    closed = f"http://127.0.0.1:{free_port()}/auth"
+    # A port bound but not listening refuses connections for as long as it is held.
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    closed = f"http://127.0.0.1:{held.getsockname()[1]}/auth"
     settings = {f"{name}_path": f"{closed}/{name}" for name in ("user", "vhost", "resource", "topic")}
 
     async def scenario() -> User | None:
@@ -315,7 +320,7 @@ def test_an_unreachable_service_denies(caplog: pytest.LogCaptureFixture) -> None
         finally:
             await backend.close()
 
-    with caplog.at_level(logging.WARNING, logger="lavin.plugins.auth.http"):
+    with held, caplog.at_level(logging.WARNING, logger="lavin.plugins.auth.http"):
         assert run(scenario()) is None
     assert f"HTTP auth request to {closed}/user failed" in caplog.text
 

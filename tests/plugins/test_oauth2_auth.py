@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import jwt
 import pika
 import pytest
-from broker_process import BrokerFactory, BrokerProcess, free_port
+from broker_process import BrokerFactory, BrokerProcess
 from cryptography.hazmat.primitives.asymmetric import rsa
 from helpers import closes_channel, wait_until
 from jwt.algorithms import RSAAlgorithm
@@ -305,7 +305,7 @@ class JwksHandler(BaseHTTPRequestHandler):
 def jwks_server(signing_key: rsa.RSAPrivateKey) -> Iterator[tuple[str, list[str]]]:
     served: list[str] = []
     handler = type("BoundHandler", (JwksHandler,), {"document": jwks((KEY_ID, signing_key)), "served": served})
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}/jwks", served

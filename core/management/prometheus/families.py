@@ -31,7 +31,6 @@ from typing import Final
 import lavin
 from lavin.broker.policy.arguments import queue_type_name
 from lavin.broker.queues.queue import MessageQueue, Queue
-from lavin.broker.queues.stream_queue import StreamQueue
 from lavin.broker.runtime.alarms import DISK, MEMORY, resident_memory
 from lavin.broker.runtime.counters import DEAD_LETTER_STRATEGIES
 from lavin.broker.runtime.message_sizes import MESSAGE_SIZE_BOUNDS
@@ -101,12 +100,12 @@ def _queue_consumers(snapshot: Snapshot) -> Iterator[Row]:
 
 def _queue_metrics(snapshot: Snapshot) -> Iterator[Row]:
     for queue in snapshot.queues():
-        ready_bytes = queue.store.ready_bytes if isinstance(queue, MessageQueue | StreamQueue) else 0
-        unacked_bytes = snapshot.unacked_bytes(queue)
+        held = snapshot.held(queue)
         # A stream's log is read by its consumers' cursors, not by the queue.
         disk = (queue.store.disk_reads, queue.store.disk_writes) if isinstance(queue, MessageQueue) else (0, 0)
-        row = (queue.consumer_count, _consumer_utilisation(queue), ready_bytes, unacked_bytes)
-        yield _queue_labels(queue), (*row, ready_bytes + unacked_bytes, *disk)
+        row = (queue.consumer_count, _consumer_utilisation(queue), held.ready_bytes, held.unacked_bytes)
+        stored = (held.persistent, held.persistent_bytes, held.ready_ram, held.ready_ram)
+        yield _queue_labels(queue), (*row, held.total_bytes, *stored, *disk)
 
 
 def _consumer_utilisation(queue: Queue) -> float:
@@ -257,6 +256,10 @@ FAMILIES: Final[dict[str, Family]] = {
             _gauge("queue_messages_ready_bytes", "Size in bytes of ready messages"),
             _gauge("queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages"),
             _gauge("queue_messages_bytes", "Size in bytes of ready and unacknowledged messages"),
+            _gauge("queue_messages_persistent", "Persistent messages"),
+            _gauge("queue_messages_persistent_bytes", "Size in bytes of persistent messages"),
+            _gauge("queue_messages_ram", "Ready and unacknowledged messages stored in memory"),
+            _gauge("queue_messages_ready_ram", "Ready messages stored in memory"),
             _counter("queue_disk_reads_total", "Total number of times queue read messages from disk"),
             _counter("queue_disk_writes_total", "Total number of times queue wrote messages to disk"),
         ),

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Final, Protocol, runtime_checkable
+from typing import Final
 
 from lavin.api import hookimpl
 from lavin.api.hooks import ConnectionInfo
@@ -20,6 +19,7 @@ from lavin.broker.routing.exchange import Exchange
 from lavin.broker.runtime.memory import MemoryBreakdown, memory_breakdown
 from lavin.broker.runtime.stats import ChannelSnapshot, ConnectionSnapshot
 from lavin.broker.vhost import VHost
+from lavin.management.shapes.held_messages import HeldMessages, held_messages, unacked_deliveries
 
 CHURN_PLUGIN: Final = "lavin.management.connection-churn"
 
@@ -55,16 +55,6 @@ class ConnectionChurn:
         return plugin if isinstance(plugin, ConnectionChurn) else None
 
 
-@runtime_checkable
-class HoldsDeliveries(Protocol):
-    """A live channel (the protocol layer's, a ChannelSnapshot's key): its unacked deliveries."""
-
-    @property
-    def unacked(self) -> Mapping[int, tuple[object, int, object, int]]:
-        """Delivery tag -> (where it settles, message id, consumer (None for basic.get),
-        body size)."""
-
-
 @dataclass(frozen=True)
 class ObjectFilter:
     """Which objects `/metrics/detailed` reports on: some vhosts, the queues whose names the
@@ -87,8 +77,7 @@ class Snapshot:
     broker: Broker
     filter: ObjectFilter = field(default_factory=ObjectFilter)
     _connections: list[ConnectionSnapshot] | None = None
-    _unacked: Counter[Queue] | None = None
-    _unacked_bytes: Counter[Queue] | None = None
+    _unacked: dict[Queue, list[int]] | None = None
 
     def vhosts(self) -> Iterator[VHost]:
         for name, vhost in self.broker.vhosts.items():
@@ -120,32 +109,17 @@ class Snapshot:
                 yield connection, channel
 
     def unacked(self, queue: Queue) -> int:
-        """Messages of `queue` delivered and not yet acknowledged, on every channel: those
-        of consumers since cancelled and of basic.get included, as RabbitMQ counts them."""
+        """Messages of `queue` delivered and not yet acknowledged, on every channel."""
+        return len(self._unacked_ids(queue))
+
+    def held(self, queue: Queue) -> HeldMessages:
+        """Its bytes, persistent messages and messages in memory."""
+        return held_messages(queue, self._unacked_ids(queue))
+
+    def _unacked_ids(self, queue: Queue) -> list[int]:
         if self._unacked is None:
-            self._count_unacked()
-        assert self._unacked is not None
-        return self._unacked[queue]
-
-    def unacked_bytes(self, queue: Queue) -> int:
-        """The body bytes of the messages `unacked` counts."""
-        if self._unacked_bytes is None:
-            self._count_unacked()
-        assert self._unacked_bytes is not None
-        return self._unacked_bytes[queue]
-
-    def _count_unacked(self) -> None:
-        counts: Counter[Queue] = Counter()
-        sizes: Counter[Queue] = Counter()
-        for _, channel in self.channels():
-            if isinstance(channel.key, HoldsDeliveries):
-                for settles, _, consumer, size in channel.key.unacked.values():
-                    # A stream's deliveries settle on the consumer's reader.
-                    owner = settles if isinstance(settles, Queue) else getattr(consumer, "queue", None)
-                    if isinstance(owner, Queue):
-                        counts[owner] += 1
-                        sizes[owner] += size
-        self._unacked, self._unacked_bytes = counts, sizes
+            self._unacked = unacked_deliveries(self.connections())
+        return self._unacked.get(queue, [])
 
     def churn(self) -> ConnectionChurn | None:
         return ConnectionChurn.of(self.broker)

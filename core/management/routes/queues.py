@@ -38,6 +38,7 @@ from lavin.management.http.object_access import (
 from lavin.management.http.replies import ObjectNotFound, broker_of, done, error_response, json_body, reply
 from lavin.management.shapes import objects as shapes
 from lavin.management.shapes.access import BadRequest
+from lavin.management.shapes.held_messages import unacked_deliveries
 from lavin.management.shapes.history import Histories
 
 routes = web.RouteTableDef()
@@ -70,12 +71,22 @@ def _message_queue(vhost: VHost, queue: Queue, operation: str) -> MessageQueue:
     return queue
 
 
+def _unacked_deliveries(request: web.Request) -> dict[Queue, list[int]]:
+    return unacked_deliveries(broker_of(request).stats.snapshots())
+
+
 @routes.get("/api/queues")
 async def list_queues(request: web.Request) -> web.Response:
     node = _node(request)
     vhosts = await visible_vhosts(request)
+    unacked = _unacked_deliveries(request)
     return await list_reply(
-        request, [shapes.queue_json(vhost, queue, node) for vhost in vhosts for queue in queues_by_name(vhost)]
+        request,
+        [
+            shapes.queue_json(vhost, queue, node, unacked.get(queue, []))
+            for vhost in vhosts
+            for queue in queues_by_name(vhost)
+        ],
     )
 
 
@@ -83,7 +94,10 @@ async def list_queues(request: web.Request) -> web.Response:
 async def list_vhost_queues(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
     node = _node(request)
-    return await list_reply(request, [shapes.queue_json(vhost, queue, node) for queue in queues_by_name(vhost)])
+    unacked = _unacked_deliveries(request)
+    return await list_reply(
+        request, [shapes.queue_json(vhost, queue, node, unacked.get(queue, [])) for queue in queues_by_name(vhost)]
+    )
 
 
 @routes.get("/api/queues/{vhost}/{queue}")
@@ -91,7 +105,7 @@ async def get_queue(request: web.Request) -> web.Response:
     vhost = await visible_vhost(request)
     queue = _queue(vhost, request.match_info["queue"])
     histories = Histories.asked(request.query, broker_of(request).stats)
-    data = shapes.queue_json(vhost, queue, _node(request))
+    data = shapes.queue_json(vhost, queue, _node(request), _unacked_deliveries(request).get(queue, []))
     data["consumer_details"] = shapes.consumer_details(queue)
     histories.add_msg_rates(data["message_stats"], queue)
     histories.add_lengths(data, queue)

@@ -23,12 +23,12 @@ from lavin.api.field_table import encode_table
 from lavin.api.message import PROPERTY_FIELDS, Body, Message, encode_properties
 from lavin.broker.policy.arguments import queue_type_name
 from lavin.broker.policy.policies import exchange_policy_fields, policy_fields
-from lavin.broker.queues.queue import MessageQueue, Queue
-from lavin.broker.queues.stream_queue import StreamQueue
+from lavin.broker.queues.queue import Queue
 from lavin.broker.routing.exchange import Exchange
 from lavin.broker.runtime.stats import queue_lengths
 from lavin.broker.vhost import VHost
 from lavin.management.shapes.access import BadRequest, required
+from lavin.management.shapes.held_messages import held_messages
 from lavin.management.shapes.message_stats import object_message_stats, with_rates
 from lavin.storage.metadata.storable import UnstorableValue, check_value
 
@@ -62,12 +62,11 @@ def exchange_json(vhost: VHost, exchange: Exchange) -> dict[str, Any]:
     }
 
 
-def queue_json(vhost: VHost, queue: Queue, node: str) -> dict[str, Any]:
-    """A queue's settings and counts."""
+def queue_json(vhost: VHost, queue: Queue, node: str, unacked_ids: list[int]) -> dict[str, Any]:
+    """A queue's settings and counts; `unacked_ids` are its entry of `unacked_deliveries`."""
     consumers = queue.consumers
     unacked = queue.unacked
     ready = queue.message_count
-    ready_bytes = _ready_bytes(queue)
     exclusive_tag = next((consumer.tag for consumer in consumers if consumer.exclusive), None)
     single_active = queue.settings.single_active_consumer
     stats = vhost.broker.stats
@@ -88,18 +87,11 @@ def queue_json(vhost: VHost, queue: Queue, node: str) -> dict[str, Any]:
         "exclusive_consumer_tag": exclusive_tag,
         "single_active_consumer_tag": consumers[0].tag if single_active and consumers else None,
         **with_rates(lengths, stats.rates(queue, lengths)),
-        "message_bytes": ready_bytes,
-        "message_bytes_ready": ready_bytes,
+        **held_messages(queue, unacked_ids).api_fields(),
         "memory": 0,
         "message_stats": object_message_stats(stats, queue),
         **policy_fields(vhost.policies, queue),
     }
-
-
-def _ready_bytes(queue: Queue) -> int:
-    if isinstance(queue, MessageQueue | StreamQueue):
-        return queue.store.ready_bytes
-    return 0
 
 
 def queue_type(queue: Queue) -> str:

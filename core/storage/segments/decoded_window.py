@@ -83,6 +83,16 @@ class DecodedWindow:
         if entries and entries[-1][0] == message_id:
             self._release(entries.pop()[3])
 
+    def held(self, first_id: int, removed: frozenset[int]) -> tuple[int, int]:
+        """(messages, body bytes) held from `first_id` on, less the `removed` ids: entries
+        before it were taken, or passed over, and are only dropped by the next `take`."""
+        count = body_bytes = 0
+        for message_id, _, message, _ in self._entries:
+            if message_id >= first_id and message_id not in removed:
+                count += 1
+                body_bytes += len(message.body)
+        return count, body_bytes
+
     def clear(self) -> None:
         self._entries.clear()
         _budget.used -= self._bytes

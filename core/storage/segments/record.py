@@ -260,6 +260,11 @@ def _body_length_offset(buffer: bytes | bytearray, offset: int) -> int:
     return body_length_offset
 
 
+def record_flags(buffer: bytes | bytearray, offset: int) -> int:
+    """The flags byte of the record at `offset` (FLAG_PERSISTENT, FLAG_HOLE)."""
+    return buffer[offset + _CRC_START]
+
+
 def body_size(buffer: bytes | bytearray, offset: int) -> int:
     """Body length of the complete record at `offset`."""
     return int(_U64.unpack_from(buffer, _body_length_offset(buffer, offset))[0])

@@ -33,6 +33,7 @@ from lavin.storage.segments.record import (
     body_size,
     decode_record,
     now_ms,
+    record_flags,
     record_size,
 )
 from lavin.storage.segments.segment_files import (
@@ -152,7 +153,10 @@ class SegmentStore:
         "_last_push_body_size",
         "_last_push_end",
         "_last_push_id",
+        "_last_push_persistent",
         "_next_skip",
+        "_persistent_ready",
+        "_persistent_ready_bytes",
         "_random_reader",
         "_ready",
         "_ready_bytes",
@@ -194,6 +198,11 @@ class SegmentStore:
         self._removed_ahead: list[int] = []  # heap of ids past the cursor that `remove` dropped
         self._ready = 0  # live requeued ids plus unread records past the cursor
         self._ready_bytes = 0
+        # Ready messages a durable store keeps across a restart, and their body bytes: only
+        # ever non-zero in a durable store, so a take elsewhere tests one integer.
+        self._persistent_ready = 0
+        self._persistent_ready_bytes = 0
+        self._last_push_persistent = False
         self._last_push_id = -1
         self._last_push_end = 0
         self._last_push_body_size = 0
@@ -242,9 +251,12 @@ class SegmentStore:
             head += body
         segment.unwritten_size += size
         segment.live += 1
-        if persistent and self.durable:
+        kept = persistent and self.durable
+        if kept:
             segment.persistent = True
             self._write_dirty = True
+            self._persistent_ready += 1
+            self._persistent_ready_bytes += len(body)
         self._write_end = position + size
         self._ready += 1
         self._ready_bytes += len(body)
@@ -257,6 +269,7 @@ class SegmentStore:
         self._last_push_id = message_id
         self._last_push_end = message_id + size
         self._last_push_body_size = len(body)
+        self._last_push_persistent = kept
         if not self.durable:
             _resident.used += size
         if segment.unwritten_size > _WRITE_BUFFER_LIMIT and not self._write_failing:
@@ -278,6 +291,8 @@ class SegmentStore:
             message = self.read(message_id)
             self._ready -= 1
             self._ready_bytes -= len(message.body)
+            if self._persistent_ready and is_persistent(message.properties):
+                self._no_longer_ready_persistent(len(message.body))
             return message_id, message, True
         if not self._ready:
             return None
@@ -292,6 +307,8 @@ class SegmentStore:
         self._advance(size)
         self._ready -= 1
         self._ready_bytes -= len(message.body)
+        if self._persistent_ready and is_persistent(message.properties):
+            self._no_longer_ready_persistent(len(message.body))
         return message_id, message, False
 
     def peek(self) -> tuple[int, Message, bool] | None:
@@ -312,8 +329,11 @@ class SegmentStore:
         segment = self._segments[message_id >> 32]
         position = message_id & _POSITION_MASK
         buffer, offset, _ = self._locate(segment, position, self._random_reader)
-        self._ready_bytes -= body_size(buffer, offset)
+        size = body_size(buffer, offset)
+        self._ready_bytes -= size
         self._ready -= 1
+        if self._persistent_ready and record_flags(buffer, offset) & FLAG_PERSISTENT:
+            self._no_longer_ready_persistent(size)
         if message_id < self._cursor_id:  # behind the cursor only requeued ids are ready
             self._requeued_ready -= 1
             self._removed_requeued.add(message_id)
@@ -337,6 +357,8 @@ class SegmentStore:
             self._cursor_id = self._last_push_end
             self._ready -= 1
             self._ready_bytes -= self._last_push_body_size
+            if self._last_push_persistent:
+                self._no_longer_ready_persistent(self._last_push_body_size)
             self._window.forget_last(message_id)
             return
         if self._ready == self._requeued_ready:
@@ -344,8 +366,11 @@ class SegmentStore:
         buffer, offset, size = self._peek()
         if message_id != self._cursor_id:
             raise ValueError(f"message {message_id:#x} is not next in line: {self._cursor_id:#x} is")
-        self._ready_bytes -= body_size(buffer, offset)
+        body = body_size(buffer, offset)
+        self._ready_bytes -= body
         self._ready -= 1
+        if self._persistent_ready and record_flags(buffer, offset) & FLAG_PERSISTENT:
+            self._no_longer_ready_persistent(body)
         self._advance(size)
 
     def ack(self, message_id: int) -> None:
@@ -366,9 +391,13 @@ class SegmentStore:
             segment = self._segments[message_id >> 32]
             position = message_id & _POSITION_MASK
             buffer, offset, _ = self._locate(segment, position, self._random_reader)
-            self._ready_bytes += body_size(buffer, offset)
+            size = body_size(buffer, offset)
+            self._ready_bytes += size
             self._ready += 1
             self._requeued_ready += 1
+            if self.durable and record_flags(buffer, offset) & FLAG_PERSISTENT:
+                self._persistent_ready += 1
+                self._persistent_ready_bytes += size
             heappush(self._requeued, message_id)
 
     def read(self, message_id: int) -> Message:
@@ -402,6 +431,7 @@ class SegmentStore:
         self._window.clear()
         self._requeued_ready = 0
         self._ready = self._ready_bytes = 0
+        self._persistent_ready = self._persistent_ready_bytes = 0
         self._move_cursor(self._write)
         for segment in later:
             if segment is not self._write:
@@ -425,6 +455,34 @@ class SegmentStore:
     def ready_bytes(self) -> int:
         """Body bytes of the ready messages."""
         return self._ready_bytes
+
+    @property
+    def ready_persistent(self) -> tuple[int, int]:
+        """(messages, body bytes) of the ready messages a restart keeps: the persistent
+        ones of a durable store."""
+        return self._persistent_ready, self._persistent_ready_bytes
+
+    @property
+    def ready_in_memory(self) -> tuple[int, int]:
+        """(messages, body bytes) of the ready messages held decoded in memory (the
+        window of recent appends), which a consumer gets without a read."""
+        return self._window.held(self._cursor_id, frozenset(self._removed_ahead))
+
+    def taken_totals(self, message_ids: Iterable[int]) -> tuple[int, int, int]:
+        """(body bytes, persistent messages, their body bytes) of these taken messages,
+        read from their records, through a reader of its own: a look like this is not
+        one of the queue's disk reads."""
+        reader = ReadWindow()
+        body_bytes = persistent = persistent_bytes = 0
+        for message_id in sorted(message_ids):
+            segment = self._segments[message_id >> 32]
+            buffer, offset, _ = self._locate(segment, message_id & _POSITION_MASK, reader)
+            size = body_size(buffer, offset)
+            body_bytes += size
+            if self.durable and record_flags(buffer, offset) & FLAG_PERSISTENT:
+                persistent += 1
+                persistent_bytes += size
+        return body_bytes, persistent, persistent_bytes
 
     def flush(self) -> list[int]:
         """Hand buffered records and acks to the OS; return the fds that need an fsync.
@@ -501,6 +559,10 @@ class SegmentStore:
                     self._skip_index = 0
             self._find_next_skip()
             self._advance(located[2])
+
+    def _no_longer_ready_persistent(self, size: int) -> None:
+        self._persistent_ready -= 1
+        self._persistent_ready_bytes -= size
 
     def _advance(self, size: int) -> None:
         self._cursor_id += size
@@ -731,6 +793,8 @@ class SegmentStore:
             OPEN_FILES.opened(segment)
             self._ready += scanned.live
             self._ready_bytes += scanned.live_bytes
+            self._persistent_ready += scanned.live  # only persistent records are recovered
+            self._persistent_ready_bytes += scanned.live_bytes
         if set_aside:
             log.error(
                 "%s: %d segment(s) not recovered (%s); %d message(s) recovered from %d other segment(s)",
