@@ -25,7 +25,7 @@ PROMPTLY = 5.0  # seconds: a failure must be noticed well within this
 
 
 class TcpLocalBroker(LocalBroker):
-    """"This broker" for URIs with no host: a plain connection to the test broker's port."""
+    """ "This broker" for URIs with no host: a plain connection to the test broker's port."""
 
     def __init__(self, port: int) -> None:
         self.port = port
@@ -38,7 +38,12 @@ def settings(
     uri: str, definition: Mapping[str, Any], ack_mode: AckMode = AckMode.ON_CONFIRM, port: int = 0
 ) -> EndpointSettings:
     return EndpointSettings(
-        uri=uri, definition=definition, vhost="/", link_name="test-shovel", ack_mode=ack_mode, local=TcpLocalBroker(port)
+        uri=uri,
+        definition=definition,
+        vhost="/",
+        link_name="test-shovel",
+        ack_mode=ack_mode,
+        local=TcpLocalBroker(port),
     )
 
 
@@ -81,7 +86,10 @@ def test_a_queue_is_moved_to_another_in_order_with_confirms(broker: BrokerProces
     }
 
     async def scenario() -> tuple[int, float]:
-        source, destination = AmqpSource(settings(broker.url, definition)), AmqpDestination(settings(broker.url, definition))
+        source, destination = (
+            AmqpSource(settings(broker.url, definition)),
+            AmqpDestination(settings(broker.url, definition)),
+        )
         await source.open()
         await destination.open()
         started = time.monotonic()
@@ -212,8 +220,9 @@ def test_a_killed_broker_fails_the_source_and_the_destination_promptly(fresh_bro
     definition = {"src-queue": queue, "dest-queue": queue}
 
     async def scenario() -> tuple[float, str]:
-        source, destination = AmqpSource(settings(fresh_broker.url, definition)), AmqpDestination(
-            settings(fresh_broker.url, definition)
+        source, destination = (
+            AmqpSource(settings(fresh_broker.url, definition)),
+            AmqpDestination(settings(fresh_broker.url, definition)),
         )
         await source.open()
         await destination.open()
@@ -304,7 +313,10 @@ def test_an_exchange_source_and_forward_and_timestamp_headers(broker: BrokerProc
     }
 
     async def scenario() -> None:
-        source, destination = AmqpSource(settings(broker.url, definition)), AmqpDestination(settings(broker.url, definition))
+        source, destination = (
+            AmqpSource(settings(broker.url, definition)),
+            AmqpDestination(settings(broker.url, definition)),
+        )
         await source.open()
         await destination.open()
         publish_all(session.channel, "orders.new", [b"order"], exchange=exchange)
@@ -335,7 +347,10 @@ def test_a_body_larger_than_frame_max_moves_whole(broker: BrokerProcess, session
     definition = {"src-queue": source_queue, "src-delete-after": 1, "dest-queue": dest_queue}
 
     async def scenario() -> None:
-        source, destination = AmqpSource(settings(broker.url, definition)), AmqpDestination(settings(broker.url, definition))
+        source, destination = (
+            AmqpSource(settings(broker.url, definition)),
+            AmqpDestination(settings(broker.url, definition)),
+        )
         await source.open()
         await destination.open()
         await shovel(source, destination)
@@ -412,16 +427,39 @@ def test_amqps_through_a_real_tls_listener(tmp_path: Path, broker_factory: Any) 
     config.write_text(f"[main]\ntls_cert = {files.server.cert}\ntls_key = {files.server.key}\n")
     process = broker_factory(["--config", str(config), "--amqps-port", "0"])
     port = process.listeners["amqp/ssl"]
-    session = Session(process.url)  # the broker and its queues go with the test
-    queue = session.declare_queue("tls")
-    publish_all(session.channel, queue, [b"secret"])
-    verified = f"amqps://guest:guest@127.0.0.1:{port}/%2F?cacertfile={files.ca}"
-    unverified = f"amqps://guest:guest@127.0.0.1:{port}/%2F"
+    with open_session(process.url) as session:
+        queue = session.track_queue(unique_name("tls"))
+        session.channel.queue_declare(queue, durable=True)  # a missing queue would be declared empty
+        publish_all(session.channel, queue, [b"secret"])
+        verified = f"amqps://guest:guest@127.0.0.1:{port}/%2F?cacertfile={files.ca}"
+        unverified = f"amqps://guest:guest@127.0.0.1:{port}/%2F"
 
-    async def take(uri: str) -> bytes:
-        source = AmqpsSource(settings(uri, {"src-queue": queue, "src-delete-after": 1}))
+        async def take(uri: str) -> bytes:
+            source = AmqpsSource(settings(uri, {"src-queue": queue, "src-delete-after": 1}))
+            try:
+                await source.open()
+                async for message, settle in source.messages():
+                    settle(True)
+                    return message.body
+            finally:
+                await source.close()
+            raise AssertionError("no message")
+
+        with pytest.raises(EndpointFailure, match="CERTIFICATE_VERIFY_FAILED"):
+            run(lambda: take(unverified))
+        assert run(lambda: take(verified)) == b"secret"
+
+
+def test_heartbeats_keep_an_idle_link_open(broker: BrokerProcess, session: Session) -> None:
+    queue = session.declare_queue("idle")
+    uri = f"amqp://guest:guest@127.0.0.1:{broker.port}/%2F?heartbeat=1"
+
+    async def scenario() -> bytes:
+        source = AmqpSource(settings(uri, {"src-queue": queue, "src-delete-after": 1}))
+        await source.open()
+        await asyncio.sleep(3.5)  # several intervals with nothing but heartbeats either way
+        publish_all(session.channel, queue, [b"after the silence"])
         try:
-            await source.open()
             async for message, settle in source.messages():
                 settle(True)
                 return message.body
@@ -429,6 +467,4 @@ def test_amqps_through_a_real_tls_listener(tmp_path: Path, broker_factory: Any) 
             await source.close()
         raise AssertionError("no message")
 
-    with pytest.raises(EndpointFailure, match="CERTIFICATE_VERIFY_FAILED"):
-        run(lambda: take(unverified))
-    assert run(lambda: take(verified)) == b"secret"
+    assert run(scenario) == b"after the silence"

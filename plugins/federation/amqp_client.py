@@ -355,10 +355,13 @@ class AmqpConnection:
                 async with asyncio.timeout(CLOSE_TIMEOUT):
                     close = commands.Connection.Close(reply_code=200, reply_text="OK", class_id=0, method_id=0)
                     await self._call(close, commands.Connection.CloseOk, 0)
+                    self._writer.transport.abort()  # nothing left to say, and no TLS close_notify to wait for
         self._fail(EndpointFailure("connection closed"))
-        with contextlib.suppress(OSError, TimeoutError):  # the socket is gone already: nothing to report
+        try:
             async with asyncio.timeout(CLOSE_TIMEOUT):
                 await self._writer.wait_closed()
+        except (OSError, TimeoutError):  # gone already, or a peer that never finishes TLS shutdown
+            self._writer.transport.abort()
 
     # -- frames -------------------------------------------------------------------------
 
