@@ -16,7 +16,7 @@ import pytest
 from broker_process import BrokerProcess
 from helpers import Session, drain, get_messages, message_count, numbered, open_session, publish_all, unique_name
 from lavin.api import AckMode, EndpointFailure, EndpointSettings, InvalidEndpoint, LocalBroker, ShovelMessage
-from lavin.plugins.federation.amqp_endpoints import AmqpDestination, AmqpsSource, AmqpSource
+from lavin.plugins.federation.amqp_endpoints import AmqpDestination, AmqpSource, AmqpsSource
 from lavin.plugins.federation.amqp_uri import parse_uri
 from tls_certs import write_tls_files
 
@@ -405,6 +405,7 @@ def test_destination_validation_and_details() -> None:
         "src_exchange": "x",
         "src_exchange_key": "#",
     }
+    assert AmqpSource(settings("amqp://", definition)).details()["src_uri"] == "amqp:///%2F"  # this broker
     assert AmqpDestination(settings(uri, definition)).details() == {
         "dest_uri": "amqp://user@example.com:5673/v%2Fh",
         "dest_protocol": "amqp091",

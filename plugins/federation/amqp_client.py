@@ -183,7 +183,9 @@ class AmqpConnection:
         self._send(0, commands.Connection.StartOk(client_properties=properties, mechanism="PLAIN", response=response))
         tune = await self._expect_handshake(commands.Connection.Tune)
         self.frame_max = min(tune.frame_max or FRAME_MAX, FRAME_MAX)
-        self.heartbeat = min(tune.heartbeat, uri.heartbeat) if tune.heartbeat and uri.heartbeat else 0
+        # As RabbitMQ's clients negotiate: the smaller value, unless one side says 0 (none).
+        wanted, offered = uri.heartbeat, tune.heartbeat or 0
+        self.heartbeat = min(wanted, offered) if wanted and offered else max(wanted, offered)
         channel_max = min(tune.channel_max, CHANNEL) if tune.channel_max else CHANNEL
         self._send(0, commands.Connection.TuneOk(channel_max, self.frame_max, self.heartbeat))
         self._send(0, commands.Connection.Open(virtual_host=uri.vhost))
@@ -256,14 +258,18 @@ class AmqpConnection:
         await self._call(commands.Basic.Consume(queue=queue, no_ack=no_ack), commands.Basic.ConsumeOk)
         return self.deliveries
 
+    # Settling after the channel closed would be a channel error: the broker requeued those already.
     def ack(self, delivery_tag: int) -> None:
-        self._send(CHANNEL, commands.Basic.Ack(delivery_tag=delivery_tag))
+        if self._channel_failure is None:
+            self._send(CHANNEL, commands.Basic.Ack(delivery_tag=delivery_tag))
 
     def nack(self, delivery_tag: int, *, requeue: bool = True) -> None:
-        self._send(CHANNEL, commands.Basic.Nack(delivery_tag=delivery_tag, requeue=requeue))
+        if self._channel_failure is None:
+            self._send(CHANNEL, commands.Basic.Nack(delivery_tag=delivery_tag, requeue=requeue))
 
     def reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
-        self._send(CHANNEL, commands.Basic.Reject(delivery_tag=delivery_tag, requeue=requeue))
+        if self._channel_failure is None:
+            self._send(CHANNEL, commands.Basic.Reject(delivery_tag=delivery_tag, requeue=requeue))
 
     async def publish(
         self, exchange: str, routing_key: str, body: bytes, properties: dict[str, Any]

@@ -135,11 +135,11 @@ def _uri(scheme: str, uri: str, vhost: str = "/") -> AmqpUri:
     return parsed
 
 
-def _redacted(uri: object) -> str:
+def _redacted(uri: object, vhost: str) -> str:
     """A URI (or the first of a list) without its password, for status and headers."""
     first = uri[0] if isinstance(uri, list) and uri else uri
     try:
-        return parse_uri(first).redacted()
+        return parse_uri(first, vhost).redacted()
     except InvalidEndpoint:
         return ""
 
@@ -236,7 +236,7 @@ class AmqpSource(ShovelSource):
 
     def details(self) -> Mapping[str, Any]:
         keys = self.keys
-        shown: dict[str, Any] = {"src_uri": _redacted(self.settings.uri), "src_protocol": PROTOCOL}
+        shown: dict[str, Any] = {"src_uri": _redacted(self.settings.uri, self.settings.vhost), "src_protocol": PROTOCOL}
         if keys.queue is not None:
             shown["src_queue"] = keys.queue
         else:
@@ -325,8 +325,8 @@ class AmqpDestination(ShovelDestination):
             "shovel-type": "dynamic",
             "shovel-name": settings.link_name,
             "shovel-vhost": settings.vhost,
-            "src-uri": _redacted(definition.get("src-uri")),
-            "dest-uri": _redacted(settings.uri),
+            "src-uri": _redacted(definition.get("src-uri"), settings.vhost),
+            "dest-uri": _redacted(settings.uri, settings.vhost),
         }
         for key in FORWARDED_KEYS:
             if isinstance(definition.get(key), str):
@@ -339,7 +339,10 @@ class AmqpDestination(ShovelDestination):
 
     def details(self) -> Mapping[str, Any]:
         keys = self.keys
-        shown: dict[str, Any] = {"dest_uri": _redacted(self.settings.uri), "dest_protocol": PROTOCOL}
+        shown: dict[str, Any] = {
+            "dest_uri": _redacted(self.settings.uri, self.settings.vhost),
+            "dest_protocol": PROTOCOL,
+        }
         if keys.queue is not None:
             shown["dest_queue"] = keys.queue
         if keys.exchange is not None:
