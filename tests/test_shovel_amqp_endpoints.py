@@ -469,3 +469,41 @@ def test_heartbeats_keep_an_idle_link_open(broker: BrokerProcess, session: Sessi
         raise AssertionError("no message")
 
     assert run(scenario) == b"after the silence"
+
+
+def test_deleting_the_source_queue_ends_the_source_with_a_failure(broker: BrokerProcess, session: Session) -> None:
+    queue = session.declare_queue("doomed")
+    publish_all(session.channel, queue, [b"first"])
+
+    async def scenario() -> tuple[list[bytes], str]:
+        source = AmqpSource(settings(broker.url, {"src-queue": queue}))
+        await source.open()
+        taken: list[bytes] = []
+        with pytest.raises(EndpointFailure) as failure:
+            async for message, settle in source.messages():
+                taken.append(message.body)
+                settle(True)
+                await asyncio.to_thread(session.channel.queue_delete, queue)
+        await source.close()
+        return taken, str(failure.value)
+
+    taken, text = run(scenario)
+    assert taken == [b"first"]
+    assert "cancelled the consumer" in text
+
+
+def test_a_refused_connection_is_an_endpoint_failure(broker_factory: Any) -> None:
+    process = broker_factory()
+    port = process.port
+    process.stop()
+
+    async def scenario() -> str:
+        destination = AmqpDestination(settings(f"amqp://127.0.0.1:{port}/%2F", {"dest-queue": "q"}))
+        try:
+            with pytest.raises(EndpointFailure) as failure:
+                await destination.open()
+        finally:
+            await destination.close()
+        return str(failure.value)
+
+    assert run(scenario).startswith(f"cannot connect to amqp://guest@127.0.0.1:{port}/%2F")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import struct
 import time
 from collections import deque
@@ -91,9 +92,13 @@ class Deliveries:
         self._items.append(delivery)
         self._changed.set()
 
-    def fail(self, failure: EndpointFailure) -> None:
+    def fail(self, failure: EndpointFailure, *, keep: bool = False) -> None:
+        """End the buffer with `failure`: at once, or after what it holds when `keep` (those
+        can still be acknowledged: only the consumer is gone, not the channel)."""
         if self._failure is None:
             self._failure = failure
+        if not keep:
+            self._items.clear()
         self._changed.set()
 
     async def next(self) -> Delivery:
@@ -171,6 +176,7 @@ class AmqpConnection:
         self._unblocked = asyncio.Event()
         self._unblocked.set()
         self._last_received = self._last_sent = time.monotonic()
+        self._outgoing = bytearray()  # written at the end of this turn of the event loop
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- the handshake, before the reader task runs ---------------------------------
@@ -292,6 +298,8 @@ class AmqpConnection:
             *(_frame(FRAME_BODY, CHANNEL, body[start : start + step]) for start in range(0, len(body), step)),
         ]
         self._write(b"".join(frames))
+        if len(self._outgoing) >= FRAME_MAX:  # a burst of publishes: hand it to the transport, which pushes back
+            self._flush()
         if self._confirming:
             self._publish_tag += 1
             self._confirms[self._publish_tag] = confirmed
@@ -349,6 +357,7 @@ class AmqpConnection:
         self.abort()
 
     def abort(self) -> None:
+        self._flush()  # a close-ok still waiting to go
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()
@@ -388,9 +397,18 @@ class AmqpConnection:
         self._write(pamqp_frame.marshal(method, channel))
 
     def _write(self, data: bytes) -> None:
+        """Queue `data` for the socket: what one turn of the event loop writes goes out in one
+        send (acks and publishes come in bursts; a syscall each would cost more than they do)."""
         if self._failure is None:
-            self._writer.write(data)
+            if not self._outgoing:
+                asyncio.get_running_loop().call_soon(self._flush)
+            self._outgoing += data
             self._last_sent = time.monotonic()
+
+    def _flush(self) -> None:
+        if self._outgoing and not self._writer.transport.is_closing():
+            self._writer.write(bytes(self._outgoing))
+        self._outgoing.clear()
 
     async def _read_frame(self) -> tuple[int, int, bytes]:
         try:
@@ -435,7 +453,9 @@ class AmqpConnection:
         elif isinstance(method, commands.Basic.Ack | commands.Basic.Nack):
             self._on_confirm(method)
         elif isinstance(method, commands.Basic.Cancel):
-            self.deliveries.fail(EndpointFailure("the broker cancelled the consumer (the queue was deleted?)"))
+            self.deliveries.fail(
+                EndpointFailure("the broker cancelled the consumer (the queue was deleted?)"), keep=True
+            )
         elif isinstance(method, commands.Connection.Blocked):
             self._unblocked.clear()
         elif isinstance(method, commands.Connection.Unblocked):
@@ -446,9 +466,11 @@ class AmqpConnection:
             raise EndpointFailure(f"the broker sent an unexpected {_name(method)} on channel {channel}")
 
     def _on_confirm(self, method: commands.Basic.Ack | commands.Basic.Nack) -> None:
-        tags = [tag for tag in self._confirms if tag <= method.delivery_tag] if method.multiple else []
-        if not method.multiple and method.delivery_tag in self._confirms:
-            tags = [method.delivery_tag]
+        last = method.delivery_tag or 0
+        if method.multiple:  # tags were added in increasing order: stop at the first one past `last`
+            tags = list(itertools.takewhile(lambda tag: tag <= last, self._confirms))
+        else:
+            tags = [last] if last in self._confirms else []
         for tag in tags:
             confirmed = self._confirms.pop(tag)
             if confirmed.done():
