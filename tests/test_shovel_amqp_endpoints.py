@@ -507,3 +507,25 @@ def test_a_refused_connection_is_an_endpoint_failure(broker_factory: Any) -> Non
         return str(failure.value)
 
     assert run(scenario).startswith(f"cannot connect to amqp://guest@127.0.0.1:{port}/%2F")
+
+
+def test_sends_wait_while_the_broker_blocks_publishers(broker_factory: Any, tmp_path: Path) -> None:
+    ini = tmp_path / "blocked.ini"
+    ini.write_text("[main]\nvm_memory_high_watermark.relative = 0\n")  # every publisher is blocked
+    process = broker_factory(["--config", str(ini)])
+    definition = {"dest-queue": unique_name("blocked")}
+
+    async def scenario() -> None:
+        destination = AmqpDestination(settings(process.url, definition))
+        await destination.open()
+        try:
+            first = await destination.send(ShovelMessage(body=b"first"))  # read, then the broker blocks
+            await asyncio.sleep(0.5)  # connection.blocked arrives
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(destination.send(ShovelMessage(body=b"second")), 1.0)
+        finally:
+            await destination.close()
+        await asyncio.wait([first])
+        first.exception()  # confirmed before the block, or failed by the close: either will do
+
+    run(scenario)
