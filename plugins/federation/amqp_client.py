@@ -322,7 +322,11 @@ class AmqpConnection:
         if self._failure is not None or self._channel_failure is not None:
             task.cancel()
             self._raise_if_failed()
-        await asyncio.wait((task, self._failed), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait((task, self._failed), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # a timeout: what we waited for is not wanted any more
+            task.cancel()
+            raise
         if not task.done():
             task.cancel()
             self._raise_if_failed()
