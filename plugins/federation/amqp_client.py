@@ -287,7 +287,10 @@ class AmqpConnection:
             await self.watch(self._unblocked.wait())
         confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self._confirming:
-            await self.watch(self._confirm_room.acquire())
+            if self._confirm_room.locked():
+                await self.watch(self._confirm_room.acquire())
+            else:
+                await self._confirm_room.acquire()  # free: returns at once
             confirmed.add_done_callback(lambda _: self._confirm_room.release())
         self._raise_if_failed()
         header = CONTENT_HEAD.pack(60, 0, len(body)) + encode_properties(properties)
