@@ -368,6 +368,7 @@ def test_a_body_larger_than_frame_max_moves_whole(broker: BrokerProcess, session
         ({"src-queue": "a", "src-exchange": "b"}, "Cannot specify both 'src-queue' and 'src-exchange'"),
         ({"src-queue": "a", "src-prefetch-count": -1}, "src-prefetch-count should be a number"),
         ({"src-queue": "a", "src-prefetch-count": "many"}, "src-prefetch-count should be a number"),
+        ({"src-queue": "a", "src-prefetch-count": 65536}, "src-prefetch-count should be a number between 0 and 65535"),
         ({"src-queue": "a", "src-delete-after": "sometimes"}, "src-delete-after should be a number"),
         ({"src-queue": "a", "src-delete-after": -2}, "src-delete-after should be a number"),
         ({"src-queue": 7}, "src-queue should be a string"),
@@ -529,3 +530,25 @@ def test_sends_wait_while_the_broker_blocks_publishers(broker_factory: Any, tmp_
         first.exception()  # confirmed before the block, or failed by the close: either will do
 
     run(scenario)
+
+
+def test_a_prefetch_of_zero_holds_the_broker_back_instead_of_buffering_everything(
+    broker: BrokerProcess, session: Session
+) -> None:
+    queue = session.declare_queue("unlimited")
+    publish_all(session.channel, queue, numbered("m", 1500))
+    definition = {"src-queue": queue, "src-prefetch-count": 0, "src-delete-after": 1500}
+
+    async def scenario() -> int:
+        source = AmqpSource(settings(broker.url, definition))
+        await source.open()
+        taken = 0
+        async for _message, settle in source.messages():
+            if taken == 0:
+                await asyncio.sleep(0.5)  # the broker sends all it has meanwhile
+            settle(True)
+            taken += 1
+        await source.close()
+        return taken
+
+    assert run(scenario) == 1500

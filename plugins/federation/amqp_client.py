@@ -168,7 +168,7 @@ class AmqpConnection:
         self._reply: asyncio.Future[Method] | None = None
         self._incoming: _Incoming | None = None
         self.deliveries = Deliveries(UNLIMITED_BUFFER)
-        self._no_ack = False
+        self._wait_for_room = False  # no prefetch bounds the deliveries: stop reading when the buffer is full
         self._confirming = False
         self._publish_tag = 0
         self._confirms: dict[int, asyncio.Future[None]] = {}  # delivery tag -> its confirm, in order
@@ -259,8 +259,8 @@ class AmqpConnection:
 
     async def consume(self, queue: str, *, prefetch_count: int, no_ack: bool = False) -> Deliveries:
         """Start consuming `queue`; deliveries go to the returned buffer, `prefetch_count` at most."""
-        self._no_ack = no_ack
-        self.deliveries = Deliveries(prefetch_count if prefetch_count and not no_ack else UNLIMITED_BUFFER)
+        self._wait_for_room = no_ack or not prefetch_count
+        self.deliveries = Deliveries(UNLIMITED_BUFFER if self._wait_for_room else prefetch_count)
         await self._call(commands.Basic.Consume(queue=queue, no_ack=no_ack), commands.Basic.ConsumeOk)
         return self.deliveries
 
@@ -441,8 +441,8 @@ class AmqpConnection:
                     self._on_content(frame_type, payload)
                 elif frame_type != FRAME_HEARTBEAT:
                     raise EndpointFailure(f"the broker sent a frame of unknown type {frame_type}")
-                if self._incoming is None and self._no_ack and self.deliveries.full():
-                    await self.deliveries.room()  # no prefetch holds a no-ack consumer back: TCP does
+                if self._incoming is None and self._wait_for_room and self.deliveries.full():
+                    await self.deliveries.room()  # no prefetch holds the broker back: TCP does
         except EndpointFailure as failure:
             self._fail(failure)
         except (ValueError, IndexError, struct.error, UnmarshalingException) as error:  # an undecodable frame
@@ -509,7 +509,7 @@ class AmqpConnection:
                 self._deliver(incoming.deliver, incoming.properties or {}, bytes(incoming.body))
 
     def _deliver(self, deliver: commands.Basic.Deliver, properties: dict[str, Any], body: bytes) -> None:
-        if self.deliveries.full() and not self._no_ack:
+        if self.deliveries.full() and not self._wait_for_room:
             raise EndpointFailure("the broker sent more unacknowledged deliveries than the prefetch count")
         delivery = Delivery(
             deliver.delivery_tag or 0,

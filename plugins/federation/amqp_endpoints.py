@@ -31,6 +31,7 @@ from lavin.plugins.federation.amqp_uri import AmqpUri, parse_uri
 
 NOT_FOUND = 404
 DEFAULT_PREFETCH = 1000
+MAX_PREFETCH = 65535  # basic.qos carries it in 16 bits
 PROTOCOL = "amqp091"
 # The definition's keys that RabbitMQ copies into the x-shovelled header.
 FORWARDED_KEYS = ("src-queue", "src-exchange", "src-exchange-key", "dest-queue", "dest-exchange", "dest-exchange-key")
@@ -56,8 +57,10 @@ class SourceKeys:
         if queue is None and exchange is None:
             raise InvalidEndpoint("Must specify 'src-queue' or 'src-exchange'")
         prefetch = _first(definition, "src-prefetch-count", "prefetch-count", DEFAULT_PREFETCH)
-        if not _is_count(prefetch):
-            raise InvalidEndpoint(f"src-prefetch-count should be a number greater than or equal to 0, not {prefetch!r}")
+        if not _is_count(prefetch) or prefetch > MAX_PREFETCH:
+            raise InvalidEndpoint(
+                f"src-prefetch-count should be a number between 0 and {MAX_PREFETCH} (0: no limit), not {prefetch!r}"
+            )
         delete_after = _first(definition, "src-delete-after", "delete-after", "never")
         if delete_after not in ("never", "queue-length") and not _is_count(delete_after):
             raise InvalidEndpoint(
