@@ -395,9 +395,38 @@ def test_bad_uris_are_refused(uri: str, reason: str) -> None:
         AmqpSource.validate(uri, {"src-queue": "q"})
 
 
-def test_destination_validation_and_details() -> None:
-    with pytest.raises(InvalidEndpoint, match="Cannot specify both 'dest-queue' and 'dest-exchange'"):
-        AmqpDestination.validate("amqp://", {"dest-queue": "a", "dest-exchange": "b"})
+@pytest.mark.parametrize(
+    ("definition", "reason"),
+    [
+        ({"dest-queue": "a", "dest-exchange": "b"}, "Cannot specify both 'dest-queue' and 'dest-exchange'"),
+        ({"dest-publish-properties": {"delivery_mode": "two"}}, "dest-publish-properties cannot be encoded"),
+        ({"dest-publish-properties": {"colour": "red"}}, "dest-publish-properties has unknown properties: colour"),
+        ({"dest-publish-properties": []}, "dest-publish-properties should be an object"),
+        ({"dest-queue-args": "x-max-length=1"}, "dest-queue-args should be an object"),
+        ({"dest-add-forward-headers": "yes"}, "dest-add-forward-headers should be a boolean"),
+    ],
+)
+def test_destination_validation_refuses_bad_definitions(definition: dict[str, Any], reason: str) -> None:
+    with pytest.raises(InvalidEndpoint, match=f"^{reason}"):
+        AmqpDestination.validate("amqp://", definition)
+
+
+def test_missing_queues_are_declared_with_their_arguments(broker: BrokerProcess, session: Session) -> None:
+    queue = session.track_queue(unique_name("with-args"))
+    definition = {"dest-queue": queue, "dest-queue-args": {"x-max-length": 1}}
+
+    async def scenario() -> None:
+        destination = AmqpDestination(settings(broker.url, definition))
+        await destination.open()
+        for body in (b"dropped", b"kept"):
+            await (await destination.send(ShovelMessage(body=body)))
+        await destination.close()
+
+    run(scenario)
+    assert [message.body for message in drain(session.channel, queue)] == [b"kept"]
+
+
+def test_destination_details() -> None:
     definition = {"src-exchange": "x", "dest-exchange": "y", "dest-exchange-key": "k"}
     uri = "amqp://user:secret@example.com:5673/v%2Fh"
     assert AmqpSource(settings(uri, definition)).details() == {

@@ -25,12 +25,15 @@ from lavin.api import (
     ShovelDestination,
     ShovelMessage,
     ShovelSource,
+    encode_properties,
 )
+from lavin.api.message import PROPERTY_FIELDS
 from lavin.plugins.federation.amqp_client import AmqpClosed, AmqpConnection, Delivery, connect
 from lavin.plugins.federation.amqp_uri import AmqpUri, parse_uri
 
 NOT_FOUND = 404
 DEFAULT_PREFETCH = 1000
+PROPERTY_NAMES = frozenset(name for _bit, name, _kind in PROPERTY_FIELDS)
 MAX_PREFETCH = 65535  # basic.qos carries it in 16 bits
 PROTOCOL = "amqp091"
 # The definition's keys that RabbitMQ copies into the x-shovelled header.
@@ -48,6 +51,7 @@ class SourceKeys:
     prefetch_count: int
     delete_after: int | str  # "never", "queue-length" or a count
     predeclared: bool
+    queue_arguments: Mapping[str, Any]
 
     @classmethod
     def read(cls, definition: Mapping[str, Any]) -> SourceKeys:
@@ -74,6 +78,7 @@ class SourceKeys:
             prefetch_count=prefetch,
             delete_after=delete_after,
             predeclared=_flag(definition, "src-predeclared"),
+            queue_arguments=_table(definition, "src-queue-args"),
         )
 
 
@@ -86,6 +91,7 @@ class DestinationKeys:
     add_timestamp_header: bool
     publish_properties: Mapping[str, Any]
     predeclared: bool
+    queue_arguments: Mapping[str, Any]
 
     @classmethod
     def read(cls, definition: Mapping[str, Any]) -> DestinationKeys:
@@ -93,9 +99,14 @@ class DestinationKeys:
         if queue is not None and exchange is not None:
             raise InvalidEndpoint("Cannot specify both 'dest-queue' and 'dest-exchange'")
         exchange_key = _text(definition, "dest-exchange-key")
-        properties = definition.get("dest-publish-properties", {})
-        if not isinstance(properties, Mapping) or not all(isinstance(key, str) for key in properties):
-            raise InvalidEndpoint(f"dest-publish-properties should be an object, not {properties!r}")
+        properties = _table(definition, "dest-publish-properties")
+        try:
+            encode_properties(dict(properties))
+        except (ValueError, TypeError, AttributeError) as error:
+            raise InvalidEndpoint(f"dest-publish-properties cannot be encoded: {error}") from None
+        unknown = sorted(set(properties) - PROPERTY_NAMES)
+        if unknown:
+            raise InvalidEndpoint(f"dest-publish-properties has unknown properties: {', '.join(unknown)}")
         return cls(
             queue=queue,
             exchange=exchange,
@@ -105,6 +116,7 @@ class DestinationKeys:
             add_timestamp_header=_flag(definition, "dest-add-timestamp-header"),
             publish_properties=properties,
             predeclared=_flag(definition, "dest-predeclared"),
+            queue_arguments=_table(definition, "dest-queue-args"),
         )
 
 
@@ -112,6 +124,13 @@ def _text(definition: Mapping[str, Any], key: str) -> str | None:
     value = definition.get(key)
     if value is not None and not isinstance(value, str):
         raise InvalidEndpoint(f"{key} should be a string, not {value!r}")
+    return value
+
+
+def _table(definition: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = definition.get(key, {})
+    if not isinstance(value, Mapping) or not all(isinstance(name, str) for name in value):
+        raise InvalidEndpoint(f"{key} should be an object, not {value!r}")
     return value
 
 
@@ -147,7 +166,9 @@ def _redacted(uri: object, vhost: str) -> str:
         return ""
 
 
-async def _ensure_queue(connection: AmqpConnection, queue: str, *, predeclared: bool) -> int:
+async def _ensure_queue(
+    connection: AmqpConnection, queue: str, arguments: Mapping[str, Any], *, predeclared: bool
+) -> int:
     """The queue's message count; a missing queue is declared durable unless predeclared, as
     RabbitMQ's shovel does."""
     try:
@@ -156,7 +177,7 @@ async def _ensure_queue(connection: AmqpConnection, queue: str, *, predeclared: 
         if closed.reply_code != NOT_FOUND or predeclared:
             raise
     await connection.open_channel()
-    return (await connection.queue_declare(queue, durable=True)).message_count or 0
+    return (await connection.queue_declare(queue, durable=True, arguments=dict(arguments))).message_count or 0
 
 
 # -- the source ---------------------------------------------------------------------------
@@ -187,7 +208,7 @@ class AmqpSource(ShovelSource):
         await connection.qos(keys.prefetch_count)
         if keys.queue is not None:
             self._queue = keys.queue
-            count = await _ensure_queue(connection, keys.queue, predeclared=keys.predeclared)
+            count = await _ensure_queue(connection, keys.queue, keys.queue_arguments, predeclared=keys.predeclared)
         else:
             assert keys.exchange is not None  # SourceKeys.read checked one of them is given
             declared = await connection.queue_declare("", exclusive=True)
@@ -289,7 +310,7 @@ class AmqpDestination(ShovelDestination):
         if settings.ack_mode is AckMode.ON_CONFIRM:
             await connection.confirm_select()
         if keys.queue is not None:
-            await _ensure_queue(connection, keys.queue, predeclared=keys.predeclared)
+            await _ensure_queue(connection, keys.queue, keys.queue_arguments, predeclared=keys.predeclared)
         elif keys.exchange:  # the default exchange always exists
             await connection.exchange_exists(keys.exchange)
 
