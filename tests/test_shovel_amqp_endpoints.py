@@ -182,6 +182,22 @@ def test_a_nack_fails_the_send_future(broker: BrokerProcess, session: Session) -
     assert "nack" in run(scenario)
 
 
+def test_properties_that_cannot_be_encoded_fail_the_send(broker: BrokerProcess, session: Session) -> None:
+    queue = session.declare_queue("dest")
+
+    async def scenario() -> str:
+        destination = AmqpDestination(settings(broker.url, {"dest-queue": queue}))
+        await destination.open()
+        try:
+            with pytest.raises(EndpointFailure) as failure:
+                await destination.send(ShovelMessage(body=b"x", properties={"priority": "high"}))
+        finally:
+            await destination.close()
+        return str(failure.value)
+
+    assert run(scenario).startswith("the message's properties cannot be encoded")
+
+
 def test_wrong_credentials_fail_with_the_brokers_403(broker: BrokerProcess) -> None:
     uri = f"amqp://guest:wrong@127.0.0.1:{broker.port}/%2F"
 

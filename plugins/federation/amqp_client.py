@@ -282,7 +282,9 @@ class AmqpConnection:
     ) -> asyncio.Future[None]:
         """Publish one message, waiting while the broker blocks publishers or too many are
         unconfirmed. The future completes on the broker's ack (at once without confirms)
-        and fails on a nack or when the connection or channel closes."""
+        and fails on a nack or when the connection or channel closes. Raises ValueError
+        for properties that cannot be encoded."""
+        header = CONTENT_HEAD.pack(60, 0, len(body)) + encode_properties(properties)
         if not self._unblocked.is_set():
             await self.watch(self._unblocked.wait())
         confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -293,7 +295,6 @@ class AmqpConnection:
                 await self._confirm_room.acquire()  # free: returns at once
             confirmed.add_done_callback(lambda _: self._confirm_room.release())
         self._raise_if_failed()
-        header = CONTENT_HEAD.pack(60, 0, len(body)) + encode_properties(properties)
         step = self.frame_max - FRAME_OVERHEAD
         frames = [
             pamqp_frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key), CHANNEL),

@@ -326,7 +326,10 @@ class AmqpDestination(ShovelDestination):
             routing_key = message.routing_key if keys.exchange_key is None else keys.exchange_key
         else:  # neither: where the message was published at the source
             exchange, routing_key = message.exchange, message.routing_key
-        return await connection.publish(exchange, routing_key, message.body, self._properties(message))
+        try:
+            return await connection.publish(exchange, routing_key, message.body, self._properties(message))
+        except (ValueError, TypeError) as error:  # properties from a source that did not decode them from AMQP
+            raise EndpointFailure(f"the message's properties cannot be encoded: {error}") from None
 
     def _properties(self, message: ShovelMessage) -> dict[str, Any]:
         keys = self.keys
