@@ -273,10 +273,6 @@ class AmqpConnection:
         if self._channel_failure is None:
             self._send(CHANNEL, commands.Basic.Nack(delivery_tag=delivery_tag, requeue=requeue))
 
-    def reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
-        if self._channel_failure is None:
-            self._send(CHANNEL, commands.Basic.Reject(delivery_tag=delivery_tag, requeue=requeue))
-
     async def publish(
         self, exchange: str, routing_key: str, body: bytes, properties: dict[str, Any]
     ) -> asyncio.Future[None]:
