@@ -14,7 +14,7 @@ import pytest
 import requests
 from broker_process import BrokerFactory, BrokerProcess
 from control_helpers import ctl_ok
-from helpers import connect, eventually, unique_name
+from helpers import connect, unique_name
 
 AUTH = ("guest", "guest")
 
@@ -40,12 +40,13 @@ def links(broker: BrokerProcess) -> list[dict[str, Any]]:
 
 
 def wait_running(broker: BrokerProcess, count: int = 1) -> list[dict[str, Any]]:
-    def running() -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 20
+    while True:
         rows = links(broker)
-        assert len(rows) == count and all(row["status"] == "running" for row in rows), rows
-        return rows
-
-    return eventually(running, 20)
+        if len(rows) == count and all(row["status"] == "running" for row in rows):
+            return rows
+        assert time.monotonic() < deadline, f"links never all running: {rows}"
+        time.sleep(0.1)
 
 
 def get_all(broker: BrokerProcess, queue: str, expected: int, timeout: float = 15) -> list[tuple[Any, bytes]]:
@@ -109,7 +110,7 @@ def test_exchange_federation_follows_downstream_bindings(pair: tuple[BrokerProce
     received = get_all(downstream, queue, 2)
     assert [body for _, body in received] == [b"eu.new", b"eu.paid"]
     (hop,) = received[0][0].headers["x-received-from"]
-    assert hop["exchange"] == exchange and hop["redelivered"] is False and "guest" not in hop["uri"].split("@")[0][7:]
+    assert hop["exchange"] == exchange and hop["redelivered"] is False and "guest:guest" not in hop["uri"]
     later = bound_queue(downstream, exchange, "us.#")
     time.sleep(0.5)
     publish(upstream, exchange, ["us.late"])
@@ -174,8 +175,8 @@ def test_queue_federation_pulls_only_for_consumers(pair: tuple[BrokerProcess, Br
     [
         ({"uri": "nosuch://x"}, "scheme 'nosuch'"),
         ({}, 'Key \\"uri\\" not found'),
-        ({"uri": "amqp://", "prefetch-count": 0}, "prefetch-count should be an integer >= 1"),
-        ({"uri": "amqp://", "max-hops": "two"}, "max-hops should be an integer >= 1"),
+        ({"uri": "amqp://", "prefetch-count": 0}, "prefetch-count should be an integer of at least 1"),
+        ({"uri": "amqp://", "max-hops": "two"}, "max-hops should be an integer of at least 1"),
         ({"uri": "amqp://", "ack-mode": "sometimes"}, "ack-mode should be one of"),
     ],
 )

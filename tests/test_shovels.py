@@ -31,12 +31,17 @@ def shovel_status(broker: BrokerProcess, name: str) -> dict[str, Any]:
 
 
 def wait_state(broker: BrokerProcess, name: str, state: str, timeout: float = 15) -> dict[str, Any]:
-    def reached() -> dict[str, Any]:
-        row = shovel_status(broker, name)
-        assert row.get("state") == state, row
-        return row
+    seen: list[dict[str, Any]] = []
 
-    return eventually(reached, timeout)
+    def reached() -> dict[str, Any] | None:
+        seen.append(shovel_status(broker, name))
+        return seen[-1] if seen[-1].get("state") == state else None
+
+    deadline = time.monotonic() + timeout
+    while (row := reached()) is None:
+        assert time.monotonic() < deadline, f"shovel {name} never reached {state}: {seen[-1]}"
+        time.sleep(0.1)
+    return row
 
 
 def publish(broker: BrokerProcess, queue: str, count: int, *, declare: bool = True, prefix: str = "m") -> None:
@@ -88,7 +93,8 @@ def two_brokers(broker_factory: BrokerFactory) -> Iterator[tuple[BrokerProcess, 
 
 
 def test_local_shovel_moves_every_message_in_order(fresh_broker: BrokerProcess) -> None:
-    source, destination = unique_name("src"), unique_name("dest")
+    # Names any broker takes, though pamqp's own checks would refuse them.
+    source, destination = unique_name("src > é"), unique_name("dest*")
     publish(fresh_broker, source, 500)
     declare(fresh_broker, destination)
     value = {"src-uri": "amqp://", "src-queue": source, "dest-uri": "amqp://", "dest-queue": destination}
@@ -228,7 +234,7 @@ def test_unreachable_or_refused_source_is_an_error_state_with_the_reason(
     value = {"src-uri": wrong, "src-queue": "q", "dest-uri": "amqp://", "dest-queue": "q", "reconnect-delay": 1}
     put_shovel(downstream, "refused", value)
     assert "403" in wait_state(downstream, "refused", "error")["reason"]
-    missing = {**value, "src-uri": upstream.url, "src-queue": unique_name("nosuch")}
+    missing = {**value, "src-uri": upstream.url, "src-queue": unique_name("nosuch"), "src-predeclared": True}
     put_shovel(downstream, "missing", missing)
     assert "404" in wait_state(downstream, "missing", "error")["reason"]
     assert "Traceback" not in downstream.output

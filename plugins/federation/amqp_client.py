@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from lavin.api import EndpointFailure, LocalBroker, encode_properties
 from lavin.api.message import decode_properties
@@ -56,6 +56,26 @@ CAPABILITIES: Final[FieldTable] = {
     "consumer_cancel_notify": True,
     "publisher_confirms": True,
 }
+
+
+# pamqp refuses queue and exchange names outside a narrow pattern (no `>`, no accents), both
+# when a method is built and when it is encoded; brokers take any UTF-8 name of up to 255
+# bytes, and a shovel must reach the queues that exist. Each method that carries a name is
+# built as a subclass of pamqp's that skips that check.
+_UNCHECKED: dict[type[Method], type[Method]] = {}
+
+
+def unchecked(method_class: type[M], **fields: Any) -> M:
+    subclass = _UNCHECKED.get(method_class)
+    if subclass is None:
+        # No `__slots__` of its own: pamqp encodes the fields its class lists there.
+        subclass = type(method_class.__name__, (method_class,), {"validate": _no_check})
+        _UNCHECKED[method_class] = subclass
+    return cast(M, subclass(**fields))
+
+
+def _no_check(_method: Method) -> None:
+    return None
 
 
 class AmqpClosed(EndpointFailure):
@@ -148,6 +168,9 @@ async def connect(uri: AmqpUri, local: LocalBroker | None = None) -> AmqpConnect
             except Exception:
                 await connection.close()
                 raise
+            except BaseException:  # cancelled (the link stops): no time for a close handshake
+                connection.abort()
+                raise
             return connection
     except TimeoutError:
         raise EndpointFailure(f"timed out connecting to {uri.redacted()}") from None
@@ -168,6 +191,7 @@ class AmqpConnection:
         self._reply: asyncio.Future[Method] | None = None
         self._incoming: _Incoming | None = None
         self.deliveries = Deliveries(UNLIMITED_BUFFER)
+        self._consumer_tag = ""
         self._wait_for_room = False  # no prefetch bounds the deliveries: stop reading when the buffer is full
         self._confirming = False
         self._publish_tag = 0
@@ -239,7 +263,8 @@ class AmqpConnection:
         auto_delete: bool = False,
         arguments: FieldTable | None = None,
     ) -> commands.Queue.DeclareOk:
-        declare = commands.Queue.Declare(
+        declare = unchecked(
+            commands.Queue.Declare,
             queue=queue,
             passive=passive,
             durable=durable,
@@ -251,18 +276,48 @@ class AmqpConnection:
 
     async def exchange_exists(self, exchange: str) -> None:
         """A passive exchange.declare: raises AmqpClosed 404 when there is no such exchange."""
-        await self._call(commands.Exchange.Declare(exchange=exchange, passive=True), commands.Exchange.DeclareOk)
+        await self._call(
+            unchecked(commands.Exchange.Declare, exchange=exchange, passive=True), commands.Exchange.DeclareOk
+        )
 
-    async def queue_bind(self, queue: str, exchange: str, routing_key: str) -> None:
-        bind = commands.Queue.Bind(queue=queue, exchange=exchange, routing_key=routing_key)
+    async def queue_bind(
+        self, queue: str, exchange: str, routing_key: str, arguments: FieldTable | None = None
+    ) -> None:
+        bind = unchecked(
+            commands.Queue.Bind, queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments
+        )
         await self._call(bind, commands.Queue.BindOk)
+
+    async def queue_unbind(
+        self, queue: str, exchange: str, routing_key: str, arguments: FieldTable | None = None
+    ) -> None:
+        unbind = unchecked(
+            commands.Queue.Unbind, queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments
+        )
+        await self._call(unbind, commands.Queue.UnbindOk)
 
     async def consume(self, queue: str, *, prefetch_count: int, no_ack: bool = False) -> Deliveries:
         """Start consuming `queue`; deliveries go to the returned buffer, `prefetch_count` at most."""
         self._wait_for_room = no_ack or not prefetch_count
         self.deliveries = Deliveries(UNLIMITED_BUFFER if self._wait_for_room else prefetch_count)
-        await self._call(commands.Basic.Consume(queue=queue, no_ack=no_ack), commands.Basic.ConsumeOk)
+        await self.consume_again(queue, no_ack=no_ack)
         return self.deliveries
+
+    @property
+    def consuming_started(self) -> bool:
+        """Whether `consume` was called: `consume_again` then fills the same buffer."""
+        return bool(self._consumer_tag)
+
+    async def consume_again(self, queue: str, *, no_ack: bool = False) -> None:
+        """Consume `queue` into the same buffer (after `cancel`): unsettled deliveries stay."""
+        consumed = await self._call(
+            unchecked(commands.Basic.Consume, queue=queue, no_ack=no_ack), commands.Basic.ConsumeOk
+        )
+        self._consumer_tag = consumed.consumer_tag or ""
+
+    async def cancel(self) -> None:
+        """Stop the consumer; what it delivered stays to be settled."""
+        await self._call(commands.Basic.Cancel(consumer_tag=self._consumer_tag), commands.Basic.CancelOk)
 
     # Settling after the channel closed would be a channel error: the broker requeued those already.
     def ack(self, delivery_tag: int) -> None:
@@ -293,7 +348,7 @@ class AmqpConnection:
         self._raise_if_failed()
         step = self.frame_max - FRAME_OVERHEAD
         frames = [
-            pamqp_frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key), CHANNEL),
+            pamqp_frame.marshal(unchecked(commands.Basic.Publish, exchange=exchange, routing_key=routing_key), CHANNEL),
             _frame(FRAME_HEADER, CHANNEL, header),
             *(_frame(FRAME_BODY, CHANNEL, body[start : start + step]) for start in range(0, len(body), step)),
         ]

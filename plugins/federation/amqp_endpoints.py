@@ -52,6 +52,8 @@ class SourceKeys:
     delete_after: int | str  # "never", "queue-length" or a count
     predeclared: bool
     queue_arguments: Mapping[str, Any]
+    # Exchange federation: the upstream exchange `bind` binds `src-queue` to.
+    binding_exchange: str | None
 
     @classmethod
     def read(cls, definition: Mapping[str, Any]) -> SourceKeys:
@@ -79,6 +81,7 @@ class SourceKeys:
             delete_after=delete_after,
             predeclared=_flag(definition, "src-predeclared"),
             queue_arguments=_table(definition, "src-queue-args"),
+            binding_exchange=_text(definition, "src-binding-exchange"),
         )
 
 
@@ -195,6 +198,9 @@ class AmqpSource(ShovelSource):
         self._unsettled = 0
         self._all_settled = asyncio.Event()
         self._all_settled.set()
+        self._paused = False
+        self._resumed = asyncio.Event()
+        self._consuming = False
 
     @classmethod
     def validate(cls, uri: str, definition: Mapping[str, Any]) -> None:
@@ -204,8 +210,9 @@ class AmqpSource(ShovelSource):
     async def open(self) -> None:
         settings, keys = self.settings, self.keys
         connection = self._connection = await connect(_uri(self.name, settings.uri, settings.vhost), settings.local)
-        no_ack = settings.ack_mode is AckMode.NO_ACK
         await connection.qos(keys.prefetch_count)
+        if keys.binding_exchange is not None:
+            await connection.exchange_exists(keys.binding_exchange)
         if keys.queue is not None:
             self._queue = keys.queue
             count = await _ensure_queue(connection, keys.queue, keys.queue_arguments, predeclared=keys.predeclared)
@@ -218,13 +225,13 @@ class AmqpSource(ShovelSource):
             self._remaining = count
         elif isinstance(keys.delete_after, int):
             self._remaining = keys.delete_after
-        if self._remaining != 0:
-            await connection.consume(self._queue, prefetch_count=keys.prefetch_count, no_ack=no_ack)
 
     async def messages(self) -> AsyncIterator[tuple[ShovelMessage, Settle]]:
         connection = self._connection
         if connection is None:
             raise EndpointFailure("the source is not open")
+        if self._remaining != 0:
+            await self._consume(connection)
         while self._remaining is None or self._remaining > 0:
             delivery = await connection.deliveries.next()
             if self._remaining is not None:
@@ -253,6 +260,42 @@ class AmqpSource(ShovelSource):
                 self._all_settled.set()
 
         return settle
+
+    async def bind(self, routing_key: str, arguments: Mapping[str, Any]) -> None:
+        await self._binding_call(routing_key, arguments, unbind=False)
+
+    async def unbind(self, routing_key: str, arguments: Mapping[str, Any]) -> None:
+        await self._binding_call(routing_key, arguments, unbind=True)
+
+    async def _binding_call(self, routing_key: str, arguments: Mapping[str, Any], *, unbind: bool) -> None:
+        exchange, connection = self.keys.binding_exchange, self._connection
+        if exchange is None or connection is None:
+            raise EndpointFailure("this source follows no exchange's bindings (no src-binding-exchange)")
+        call = connection.queue_unbind if unbind else connection.queue_bind
+        await call(self._queue, exchange, routing_key, dict(arguments))
+
+    async def _consume(self, connection: AmqpConnection) -> None:
+        """Start the consumer once `messages` is asked for, and not while paused: queue
+        federation pauses a source before it takes anything."""
+        while self._paused:
+            await connection.watch(self._resumed.wait())
+        no_ack = self.settings.ack_mode is AckMode.NO_ACK
+        await connection.consume(self._queue, prefetch_count=self.keys.prefetch_count, no_ack=no_ack)
+        self._consuming = True
+
+    async def pause(self) -> None:
+        self._paused = True
+        self._resumed.clear()
+        if self._connection is not None and self._consuming:
+            self._consuming = False
+            await self._connection.cancel()
+
+    async def resume(self) -> None:
+        self._paused = False
+        self._resumed.set()
+        if self._connection is not None and self._connection.consuming_started and not self._consuming:
+            self._consuming = True
+            await self._connection.consume_again(self._queue, no_ack=self.settings.ack_mode is AckMode.NO_ACK)
 
     async def close(self) -> None:
         if self._connection is not None:

@@ -127,6 +127,6 @@ def read_reconnect_delay(value: Mapping[str, Any], default: float, reasons: list
     """`reconnect-delay` in seconds, for shovels and federation upstreams alike."""
     delay = value.get("reconnect-delay", default)
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
-        reasons.append(f"reconnect-delay should be a number >= 0, actually was {erlang_term(delay)}")
+        reasons.append(f"reconnect-delay should be a number of at least 0, actually was {erlang_term(delay)}")
         return default
     return float(delay)

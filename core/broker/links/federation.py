@@ -92,7 +92,7 @@ class FederationLink:
             arguments = {"x-expires": upstream.expires, "x-message-ttl": upstream.message_ttl}
             value["src-queue"] = f"federation: {federated.name} -> {vhost.downstream_id}"
             value["src-queue-args"] = {key: number for key, number in arguments.items() if number is not None}
-            value["src-exchange"] = self.upstream_name
+            value["src-binding-exchange"] = self.upstream_name
             value["dest-exchange"] = federated.name
         else:
             value["src-queue"] = self.upstream_name
@@ -239,7 +239,7 @@ class VHostFederation:
         downstream_id: str,
         endpoints: EndpointClasses,
         local: Callable[[], LocalBroker],
-        parameters: Mapping[tuple[str, str], Any],
+        parameters: Callable[[], Mapping[tuple[str, str], Any]],
         exchanges: Mapping[str, Exchange],
         queues: Mapping[str, Queue],
     ) -> None:
@@ -247,7 +247,7 @@ class VHostFederation:
         self.downstream_id = downstream_id  # names this broker's queues on upstreams
         self.endpoints = endpoints
         self.local = local
-        self._parameters = parameters
+        self._parameters = parameters  # the vhost's, read when needed: a change replaces the mapping
         self._exchanges = exchanges
         self._queues = queues
         self.definitions: dict[tuple[str, str], Mapping[str, Any]] = {}  # federated object -> its policy keys
@@ -296,7 +296,7 @@ class VHostFederation:
         wanted: dict[Federated, Upstream] = {}
         definition = self.definitions.get((kind, name))
         if definition is not None:
-            for upstream_name, value in upstreams_for(definition, self._parameters):
+            for upstream_name, value in upstreams_for(definition, self._parameters()):
                 try:
                     wanted[Federated(kind, name, upstream_name)] = parse_upstream(
                         upstream_name, value, self.endpoints.sources

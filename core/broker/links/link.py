@@ -244,15 +244,12 @@ class ShovelLink:
             "state": self.state,
         }
         if self.state == RUNNING and self.source is not None and self.destination is not None:
-            row.update(
-                src_protocol="amqp091",
-                dest_protocol="amqp091",
-                src_uri=without_credentials(self.source.settings.uri),
-                dest_uri=without_credentials(self.destination.settings.uri),
-                **self.source.details(),
-                **self.destination.details(),
-                blocked_status="running",
-            )
+            row.update(self.source.details())
+            row.update(self.destination.details())
+            # The URIs as they were set (RabbitMQ shows them so), without their passwords.
+            row["src_uri"] = without_credentials(self.source.settings.uri)
+            row["dest_uri"] = without_credentials(self.destination.settings.uri)
+            row["blocked_status"] = "running"
         if self.reason:
             row["reason"] = self.reason
         row.update(forwarded=self.counters.forwarded, confirmed=self.counters.confirmed)

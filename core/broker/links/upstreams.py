@@ -87,7 +87,7 @@ def _whole(value: Mapping[str, Any], key: str, default: int | None, least: int, 
     if raw is None:
         return None
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < least:
-        reasons.append(f"{key} should be an integer >= {least}, actually was {erlang_term(raw)}")
+        reasons.append(f"{key} should be an integer of at least {least}, actually was {erlang_term(raw)}")
         return default
     return raw
 

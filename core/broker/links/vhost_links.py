@@ -27,10 +27,10 @@ class VHostLinks:
         queues: Mapping[str, Queue],
     ) -> None:
         self.endpoints = endpoints
-        self._parameters = policies.parameters
+        self._policies = policies
         self.shovels = VHostShovels(policies.vhost_name, endpoints, local, policies.delete_parameter)
         self.federation = VHostFederation(
-            policies.vhost_name, downstream_id, endpoints, local, policies.parameters, exchanges, queues
+            policies.vhost_name, downstream_id, endpoints, local, lambda: policies.parameters, exchanges, queues
         )
         policies.watcher = self
 
@@ -50,7 +50,7 @@ class VHostLinks:
     # ---- the broker's lifecycle -------------------------------------------------------------
 
     def start(self) -> None:
-        self.shovels.start(self._parameters)
+        self.shovels.start(self._policies.parameters)
         self.federation.start()
 
     async def stop(self) -> None:
