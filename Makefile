@@ -57,9 +57,11 @@ endef
 browser:
 	$(call debian_package,chromium,chromium,,the web UI's browser tests)
 
-# tests/test_rabbitmqadmin.py drives RabbitMQ's own rabbitmqadmin, from Debian's rabbitmq-server.
+# tests/test_rabbitmqadmin.py drives RabbitMQ's own rabbitmqadmin, and test_rabbitmq_interop.py
+# and test_migration.py a private RabbitMQ node with its shovel and federation plugins: all
+# ship in Debian's rabbitmq-server.
 rabbitmqadmin:
-	$(call debian_package,rabbitmqadmin,rabbitmq-server,--no-install-recommends,the rabbitmqadmin tests)
+	$(call debian_package,rabbitmqadmin,rabbitmq-server,--no-install-recommends,the rabbitmqadmin and RabbitMQ interop tests)
 
 # tests/test_websocket.py drives @cloudamqp/amqp-client's AMQPWebSocketClient under Debian's Node
 # (the test session installs that npm package into ~/.cache).

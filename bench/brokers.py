@@ -2,9 +2,9 @@
 
 Neither touches anything outside its temporary directory: Lavin gets its own data dir,
 RabbitMQ its own mnesia, log, cookie (HOME), plugin and config files, listens on loopback
-only, runs no plugins, and ignores whatever /etc/rabbitmq holds. Given `Certificates`
-(made at run time by `write_certificates`) both also listen for AMQPS with the same
-certificate and ask clients for none.
+only, runs only the plugins it is asked for, and ignores whatever /etc/rabbitmq holds.
+Given `Certificates` (made at run time by `write_certificates`) both also listen for AMQPS
+with the same certificate and ask clients for none.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +54,8 @@ class Broker:
     amqps_uri: str | None = None
     ca: Path | None = None  # what the AMQPS certificate is checked against
     websocket_url: str | None = None  # AMQP over WebSocket, for a broker that has it
+    # The environment `rabbitmqctl` reaches this node with (its name and Erlang cookie).
+    control_env: Mapping[str, str] | None = None
 
     def perf_arguments(self, transport: Transport) -> list[str] | None:
         """How lavin-perf reaches this broker over `transport`; None when it offers no such thing."""
@@ -195,13 +197,16 @@ def rabbitmq_tls_config(amqps_port: int, certificates: Certificates) -> str:
 
 
 @contextmanager
-def rabbitmq(workdir: Path, *, certificates: Certificates | None = None) -> Iterator[Broker]:
-    """A private node; AMQPS given `certificates`. RabbitMQ 3.10 has no AMQP over WebSocket
-    (its Web-AMQP plugin came later), so the broker has no websocket_url."""
+def rabbitmq(
+    workdir: Path, *, certificates: Certificates | None = None, plugins: Sequence[str] = ()
+) -> Iterator[Broker]:
+    """A private node; AMQPS given `certificates`; these plugins enabled (none by default).
+    RabbitMQ 3.10 has no AMQP over WebSocket (its Web-AMQP plugin came later), so the
+    broker has no websocket_url."""
     base = workdir / "rabbitmq"
     home = base / "home"  # the Erlang cookie goes here
     home.mkdir(parents=True)
-    (base / "enabled_plugins").write_text("[].\n")  # management and every other plugin off
+    (base / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
     port = free_port()
     amqps_port = free_port() if certificates is not None else None
     config = "" if certificates is None else rabbitmq_tls_config(amqps_port or 0, certificates)
@@ -233,7 +238,7 @@ def rabbitmq(workdir: Path, *, certificates: Certificates | None = None) -> Iter
         # The Erlang VM's own pid (the script's child), whose /proc entry covers every scheduler.
         pid = int((base / "pid").read_text().strip())
         amqps_uri, ca = amqps_reach(amqps_port, certificates)
-        yield Broker("RabbitMQ", loopback_uri(port), pid, amqps_uri, ca)
+        yield Broker("RabbitMQ", loopback_uri(port), pid, amqps_uri, ca, control_env=env)
     finally:
         stop_process(process, "RabbitMQ")
         epmd = shutil.which("epmd")

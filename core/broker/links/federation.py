@@ -10,8 +10,9 @@
   has a consumer ready for a message and nothing ready of its own (RabbitMQ's
   consumer-driven federation), and publishes to the downstream queue.
 
-Every message gets an `x-received-from` entry (`uri`, `exchange`, `redelivered`,
-`cluster-name`); one that has already made `max-hops` hops is dropped, which ends cycles.
+Every message gets an `x-received-from` entry (`uri`, `exchange` or, from a queue link,
+`queue`, `redelivered`, `cluster-name`); one that has already made `max-hops` hops is
+dropped, which ends cycles.
 """
 
 from __future__ import annotations
@@ -133,10 +134,12 @@ class FederationLink:
         hops = list(trail) if isinstance(trail, list) else []
         if len(hops) >= self.upstream.max_hops:
             return None
+        # RabbitMQ names the downstream queue of a queue link, the exchange delivered from else.
+        origin = ("queue", self.federated.name) if self.federated.kind == QUEUE else ("exchange", message.exchange)
         hops.append(
             {
                 "uri": without_credentials(self.uri),
-                "exchange": message.exchange,
+                origin[0]: origin[1],
                 "redelivered": message.redelivered,
                 "cluster-name": urlsplit(self.uri).hostname or self._vhost.downstream_id,
             }
