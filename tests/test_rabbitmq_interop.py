@@ -126,7 +126,12 @@ def test_queue_federation_from_rabbitmq_moves_to_lavin_consumers(
     rabbitmq_node: RabbitNode, fresh_broker: BrokerProcess
 ) -> None:
     queue = unique_name("fed.q")
-    publish(rabbitmq_node, queue, COUNT)
+    with rabbitmq_node.connect() as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue, durable=True)
+        channel.queue_bind(queue, "amq.topic", "order.#")
+    keys = [f"order.{number}" for number in range(COUNT)]
+    publish_keys(rabbitmq_node, "amq.topic", keys)
     add_upstream(fresh_broker, "rabbit", {"uri": rabbitmq_node.url})
     federate(fresh_broker, f"^{queue}$", "queues", {"federation-upstream": "rabbit"})
     connection = connect(fresh_broker.url)
@@ -137,7 +142,10 @@ def test_queue_federation_from_rabbitmq_moves_to_lavin_consumers(
     received: list[bytes] = []
 
     def take(channel: Any, method: Any, properties: Any, body: bytes) -> None:
-        assert properties.headers["x-received-from"][0]["queue"] == queue
+        headers = properties.headers
+        (hop,) = headers["x-received-from"]
+        assert hop["queue"] == queue and "guest:guest" not in hop["uri"]
+        assert (headers["x-original-exchange"], headers["x-original-routing-key"]) == ("amq.topic", body.decode())
         received.append(body)
         channel.basic_ack(method.delivery_tag)
 
@@ -148,7 +156,7 @@ def test_queue_federation_from_rabbitmq_moves_to_lavin_consumers(
         connection.process_data_events(time_limit=0.1)
     connection.process_data_events(time_limit=QUIET)
     connection.close()
-    assert sorted(received) == sorted(numbered("m")) and len(received) == COUNT
+    assert sorted(received) == sorted(key.encode() for key in keys) and len(received) == COUNT
     wait_empty(rabbitmq_node, queue)
 
 

@@ -11,8 +11,9 @@
   consumer-driven federation), and publishes to the downstream queue.
 
 Every message gets an `x-received-from` entry (`uri`, `exchange` or, from a queue link,
-`queue`, `redelivered`, `cluster-name`); one that has already made `max-hops` hops is
-dropped, which ends cycles.
+`queue`, `redelivered`, `cluster-name`), and one from a queue link the exchange and routing
+key it was first published with; one that has already made `max-hops` hops is dropped,
+which ends cycles.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ EXCHANGE: Final = "exchange"
 QUEUE: Final = "queue"
 CONSUMER_CHECK_INTERVAL: Final = 0.2  # seconds between looks at a federated queue's consumers
 RECEIVED_FROM: Final = "x-received-from"
+ORIGINAL_EXCHANGE: Final = "x-original-exchange"
+ORIGINAL_ROUTING_KEY: Final = "x-original-routing-key"
 
 # A binding of the downstream exchange as the upstream queue is bound: key and arguments.
 BindingKey = tuple[str, tuple[tuple[str, Any], ...]]
@@ -134,8 +137,13 @@ class FederationLink:
         hops = list(trail) if isinstance(trail, list) else []
         if len(hops) >= self.upstream.max_hops:
             return None
-        # RabbitMQ names the downstream queue of a queue link, the exchange delivered from else.
-        origin = ("queue", self.federated.name) if self.federated.kind == QUEUE else ("exchange", message.exchange)
+        if self.federated.kind == QUEUE:
+            # Republished to the downstream queue by name: keep where it was first sent, as RabbitMQ does.
+            headers.setdefault(ORIGINAL_EXCHANGE, message.exchange)
+            headers.setdefault(ORIGINAL_ROUTING_KEY, message.routing_key)
+            origin = ("queue", self.federated.name)  # RabbitMQ names the downstream queue
+        else:
+            origin = ("exchange", message.exchange)
         hops.append(
             {
                 "uri": without_credentials(self.uri),
