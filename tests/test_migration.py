@@ -1,4 +1,4 @@
-"""docs/migrating.md, step by step, against a private RabbitMQ node: an application keeps
+"""docs/migrating.md, step by step with its `lavin ctl` commands, against a private RabbitMQ node: an application keeps
 publishing (with confirms, numbered messages) and consuming throughout while its
 definitions move to Lavin, its queue is federated into Lavin, its consumer and then its
 producer switch over, and the link is removed. Every number confirmed to the producer must
@@ -6,19 +6,25 @@ be consumed at least once."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pika
 import requests
 from broker_process import BrokerProcess
+from control_helpers import ctl_ok
 from helpers import unique_name
-from rabbitmq_node import RabbitNode, rabbitmq_node  # noqa: F401  (the fixture)
 from test_federation import wait_running
 
+if TYPE_CHECKING:
+    from rabbitmq_node import RabbitNode
+
+pytest_plugins = ["rabbitmq_node"]  # its rabbitmq_node fixture; imported only here, so pytest rewrites its asserts
 AUTH = ("guest", "guest")
 PHASE = 2.0  # seconds each phase of the migration runs with traffic
 SETTLE_TIMEOUT = 30.0
@@ -38,7 +44,7 @@ class Worker(threading.Thread):
     def run(self) -> None:
         try:
             self._work(self)
-        except BaseException as error:  # reported by check()
+        except Exception as error:  # noqa: BLE001  (any failure is the test's, raised by check())
             self.error = error
 
     def check(self) -> None:
@@ -94,16 +100,6 @@ def consumer(queue: str, consumed: list[int]) -> Callable[[Worker], None]:
     return work
 
 
-def put(broker: BrokerProcess, path: str, body: dict[str, Any]) -> None:
-    response = requests.put(f"{broker.http_url}/api/{path}", json=body, auth=AUTH, timeout=10)
-    assert response.status_code in (201, 204), response.text
-
-
-def delete(broker: BrokerProcess, path: str) -> None:
-    response = requests.delete(f"{broker.http_url}/api/{path}", auth=AUTH, timeout=10)
-    assert response.status_code == 204, response.text
-
-
 def links(broker: BrokerProcess) -> list[Any]:
     rows: list[Any] = requests.get(f"{broker.http_url}/api/federation-links", auth=AUTH, timeout=10).json()
     return rows
@@ -134,7 +130,7 @@ def rabbitmq_holds(node: RabbitNode, queue: str) -> int:
 
 
 def test_an_application_moves_from_rabbitmq_to_lavin_without_losing_a_message(
-    rabbitmq_node: RabbitNode, fresh_broker: BrokerProcess
+    rabbitmq_node: RabbitNode, fresh_broker: BrokerProcess, tmp_path: Path
 ) -> None:
     lavin = fresh_broker
     exchange, queue = unique_name("shop"), unique_name("orders")
@@ -152,12 +148,13 @@ def test_an_application_moves_from_rabbitmq_to_lavin_without_losing_a_message(
     run_phase(publishing, consuming)
 
     # 1. RabbitMQ's definitions into Lavin: the exchange, queue and binding now exist there too.
-    response = requests.post(f"{lavin.http_url}/api/definitions", json=rabbitmq_node.definitions(), auth=AUTH, timeout=30)
-    assert response.status_code in (200, 201, 204), response.text
+    exported = tmp_path / "rabbitmq.json"
+    exported.write_text(json.dumps(rabbitmq_node.definitions()))
+    ctl_ok(lavin, "import_definitions", str(exported))
     # 2. Lavin federates the queue from RabbitMQ: it moves messages only to Lavin's consumers.
-    put(lavin, "parameters/federation-upstream/%2F/rabbitmq", {"value": {"uri": rabbitmq_node.url}})
-    policy = {"pattern": f"^{queue}$", "apply-to": "queues", "definition": {"federation-upstream": "rabbitmq"}}
-    put(lavin, "policies/%2F/migrate", policy)
+    ctl_ok(lavin, "set_parameter", "federation-upstream", "rabbitmq", json.dumps({"uri": rabbitmq_node.url}))
+    policy = json.dumps({"federation-upstream": "rabbitmq"})
+    ctl_ok(lavin, "set_policy", "--apply-to", "queues", "--priority", "10", "migrate", f"^{queue}$", policy)
     wait_running(lavin)
     run_phase(publishing, consuming)
 
@@ -170,8 +167,8 @@ def test_an_application_moves_from_rabbitmq_to_lavin_without_losing_a_message(
     wait_for("RabbitMQ's queue to empty", lambda: rabbitmq_holds(rabbitmq_node, queue) == 0, publishing, consuming)
 
     # 5. Nothing is left upstream: remove the link.
-    delete(lavin, "policies/%2F/migrate")
-    delete(lavin, "parameters/federation-upstream/%2F/rabbitmq")
+    ctl_ok(lavin, "clear_policy", "migrate")
+    ctl_ok(lavin, "clear_parameter", "federation-upstream", "rabbitmq")
     wait_for("the link to go", lambda: links(lavin) == [])
     run_phase(publishing, consuming)
 

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pika
 import requests
 from broker_process import BrokerProcess
 from helpers import connect, unique_name
-from rabbitmq_node import RabbitNode, rabbitmq_node  # noqa: F401  (the fixture)
 from test_federation import add_upstream, bound_queue, declare_topic, federate, get_all, wait_running
 from test_shovels import AUTH, count, declare, drain, publish, put_shovel, wait_state
 
+if TYPE_CHECKING:
+    from rabbitmq_node import RabbitNode
+
+pytest_plugins = ["rabbitmq_node"]  # its rabbitmq_node fixture; imported only here, so pytest rewrites its asserts
 COUNT = 300
 QUIET = 1.0  # seconds to wait for a message that must not come
 
