@@ -9,6 +9,7 @@ does not start, the tests that use it skip and say why.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import tempfile
@@ -76,13 +77,9 @@ class RabbitNode:
 def rabbitmq_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitNode]:
     if not RABBITMQ_SERVER.exists():
         pytest.skip(f"{RABBITMQ_SERVER} is missing: install Debian's rabbitmq-server (make test does)")
-    workdir = tmp_path_factory.mktemp("rabbitmq")
-    node = rabbitmq(workdir, plugins=PLUGINS)
-    try:
-        broker = node.__enter__()
-    except (RuntimeError, OSError) as error:
-        pytest.skip(f"RabbitMQ did not start: {error}")
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            broker = stack.enter_context(rabbitmq(tmp_path_factory.mktemp("rabbitmq"), plugins=PLUGINS))
+        except (RuntimeError, OSError) as error:  # the node's log tail is in the text
+            pytest.skip(f"RabbitMQ did not start: {error}")
         yield RabbitNode(broker)
-    finally:
-        node.__exit__(None, None, None)
