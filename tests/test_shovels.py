@@ -262,3 +262,20 @@ def test_ctl_shovel_status_lists_the_shovel(fresh_broker: BrokerProcess) -> None
     wait_state(fresh_broker, "listed", "running")
     (row,) = json.loads(ctl_ok(fresh_broker, "shovel_status", "--formatter", "json"))
     assert row["name"] == "listed" and row["state"] == "running" and row["dest_uri"] == "amqp://"
+
+
+def test_a_shovel_may_name_only_vhosts_its_setter_can_use(fresh_broker: BrokerProcess) -> None:
+    base = fresh_broker.http_url
+    for vhost in ("mine", "theirs"):
+        assert requests.put(f"{base}/api/vhosts/{vhost}", auth=AUTH, timeout=10).status_code == 201
+    body = {"password": "pw", "tags": "policymaker"}
+    assert requests.put(f"{base}/api/users/maker", json=body, auth=AUTH, timeout=10).status_code == 201
+    grant = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert requests.put(f"{base}/api/permissions/mine/maker", json=grant, auth=AUTH, timeout=10).status_code == 201
+    value = {"src-uri": "amqp:///theirs", "src-queue": "secrets", "dest-uri": "amqp://", "dest-queue": "loot"}
+    url = f"{base}/api/parameters/shovel/mine/steal"
+    refused = requests.put(url, json={"value": value}, auth=("maker", "pw"), timeout=10)
+    assert refused.status_code == 400 and "no access to vhost 'theirs'" in refused.text
+    assert requests.get(url, auth=AUTH, timeout=10).status_code == 404
+    allowed = {**value, "src-uri": "amqp:///mine"}
+    assert requests.put(url, json={"value": allowed}, auth=("maker", "pw"), timeout=10).status_code == 201

@@ -133,12 +133,14 @@ class FederationLink:
         hops = list(trail) if isinstance(trail, list) else []
         if len(hops) >= self.upstream.max_hops:
             return None
+        source = self.link.source
+        uri = source.settings.uri if source is not None else self.uri
         hops.append(
             {
-                "uri": without_credentials(self.uri),
+                "uri": without_credentials(uri),
                 "exchange": message.exchange,
                 "redelivered": message.redelivered,
-                "cluster-name": urlsplit(self.uri).hostname or self._vhost.downstream_id,
+                "cluster-name": urlsplit(uri).hostname or self._vhost.downstream_id,
             }
         )
         headers[RECEIVED_FROM] = hops

@@ -228,7 +228,9 @@ class ShovelLink:
                 pumping.cancel()
                 with contextlib.suppress(asyncio.CancelledError, EndpointFailure):
                     await pumping
-        if failure.done():
+            if not failure.done():
+                failure.cancel()  # confirms that fail after the session are its close's doing
+        if not failure.cancelled():
             failure.result()  # raises the confirm's failure
         pumping.result()  # raises the source's or destination's failure
         return True
