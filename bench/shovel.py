@@ -162,11 +162,18 @@ def run_shovel(source: Broker, destination: Broker | None, count: int, size: int
         _preload(source_address, count, size)
         pids = [source.pid] if destination is None else [source.pid, destination.pid]
         definition = shovel_definition("amqp://" if destination is None else destination.uri)
-        first, last = _watch(far_address, pids, count, lambda: shovels.set(SHOVEL_NAME, definition))
+        defined = threading.Event()
+
+        def define() -> None:
+            shovels.set(SHOVEL_NAME, definition)
+            defined.set()
+
+        try:
+            first, last = _watch(far_address, pids, count, define)
+        finally:
+            if defined.is_set():  # a refused definition left nothing to remove
+                shovels.clear(SHOVEL_NAME)
         return figures(first, last, count)
     finally:
-        try:
-            shovels.clear(SHOVEL_NAME)
-        finally:
-            _delete_queue(source_address, SOURCE_QUEUE)
-            _delete_queue(far_address, DESTINATION_QUEUE)
+        _delete_queue(source_address, SOURCE_QUEUE)
+        _delete_queue(far_address, DESTINATION_QUEUE)
