@@ -10,7 +10,9 @@ and the peers (`lavin.bench.peers`: started from START_CMD, or already running a
 runs every scenario on each broker in turn, then again (A B C A B C ...) so machine noise
 hits all, and prints a Markdown table of the medians: the figure compared, the ratio of
 Lavin to each other broker, and each broker's CPU time per message (or queue, or
-connection) read from /proc when its pid is known. A scenario a broker cannot run (AMQP
+connection) read from /proc when its pid is known. Last come the shovel rows
+(`lavin.bench.shovel`): a backlog moved by each broker's own shovel, queue to queue and to
+a second broker of the same kind. A scenario a broker cannot run (AMQP
 over WebSocket on RabbitMQ 3.10, AMQPS on a peer without `{amqps_port}`, a figure read
 from /proc without a pid) shows n/a.
 """
@@ -203,8 +205,11 @@ def run_scenario(scenario: Scenario, broker: Broker, duration: float) -> Measure
 
 def run_shovel_scenario(scenario: ShovelScenario, broker: Broker, twin: Broker | None) -> Measured:
     print(f"{broker.name:8}  {scenario.label}: ", end="", file=sys.stderr, flush=True)
-    if broker.shovels is None or (scenario.remote and twin is None):
+    if broker.shovels is None:
         print("n/a: the comparison cannot set this broker's shovels", file=sys.stderr)
+        return Measured(None, None)
+    if scenario.remote and twin is None:
+        print("n/a: no second broker of this kind", file=sys.stderr)
         return Measured(None, None)
     for pid in (broker.pid, twin.pid if twin is not None else None):
         if pid is not None:
@@ -218,13 +223,22 @@ def run_shovel_scenario(scenario: ShovelScenario, broker: Broker, twin: Broker |
     return Measured(moved.rate, moved.cpu_us_per_message)
 
 
+def start_twin(stack: ExitStack, start: TwinStarter) -> Broker | None:
+    """A second broker until `stack` closes; None (and the row shows n/a) if it does not start."""
+    try:
+        return stack.enter_context(start("-2"))
+    except RuntimeError as exc:
+        print(f"a second broker did not start: {exc}", file=sys.stderr)
+        return None
+
+
 def run_shovel_rows(
     scenario: ShovelScenario, brokers: list[Broker], twin_starters: list[TwinStarter | None], rounds: int
 ) -> Row:
     """Rounds as for the other rows; broker to broker starts a twin of each broker for the row."""
     runs: list[list[Measured]] = [[] for _ in brokers]
     with ExitStack() as twins_running:
-        twins = [twins_running.enter_context(start("-2")) if start is not None and scenario.remote else None
+        twins = [start_twin(twins_running, start) if start is not None and scenario.remote else None
                  for start in twin_starters]  # fmt: skip
         for _ in range(rounds):
             for broker, twin, broker_runs in zip(brokers, twins, runs, strict=True):

@@ -4,13 +4,15 @@ broker to broker row; a broker whose shovels the comparison cannot set shows n/a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 import requests
 from broker_process import BrokerProcess
 from lavin.bench.brokers import Broker, LavinShovels
+from lavin.bench.comparison import Measured, ShovelScenario, run_shovel_rows
 from lavin.bench.shovel import (
     DESTINATION_QUEUE,
     SOURCE_QUEUE,
@@ -86,3 +88,15 @@ def test_compare_runs_both_shovel_rows(fresh_broker: BrokerProcess) -> None:
         assert unit == "msg/s"
         assert float(lavin.replace(",", "")) > 0 and float(lavin_cpu.replace(",", "")) >= 0
         assert (running, ratio, running_cpu) == ("n/a", "n/a", "n/a")
+
+
+def test_a_second_broker_that_does_not_start_shows_n_a_and_the_table_goes_on() -> None:
+    @contextmanager
+    def not_starting(instance: str) -> Iterator[Broker]:
+        raise RuntimeError(f"Lavin{instance} did not start listening")
+        yield  # a generator, as the real starters are
+
+    scenario = ShovelScenario("shovel, broker to broker", 10, remote=True)
+    lavin = Broker("Lavin", "amqp://guest:guest@127.0.0.1:1/%2F", None, shovels=LavinShovels("http://127.0.0.1:1"))
+    _, runs = run_shovel_rows(scenario, [lavin], [not_starting], rounds=2)
+    assert runs == [[Measured(None, None), Measured(None, None)]]
