@@ -400,7 +400,8 @@ def test_shovels_are_added_paused_resumed_and_deleted_and_upstreams_added(page: 
     expect(state).to_have_text("running")
     row.get_by_role("button", name="Delete").click()  # the confirmation is answered yes
     expect(row).to_have_count(0)
-    assert requests.get(f"{ui_broker.http_url}/api/parameters/shovel/%2F/{shovel}", auth=GUEST, timeout=10).status_code == 404
+    stored = requests.get(f"{ui_broker.http_url}/api/parameters/shovel/%2F/{shovel}", auth=GUEST, timeout=10)
+    assert stored.status_code == 404
 
     uri = "amqp://guest:guest@127.0.0.1:5672/%2F"
     submit(page, "Add a federation upstream", name=upstream, uri=uri, exchange="orders")
