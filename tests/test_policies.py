@@ -403,7 +403,7 @@ def test_an_unreadable_policies_file_stops_the_start_naming_it(fresh_broker: Bro
 def test_definitions_round_trip_policies_and_parameters(fresh_broker: BrokerProcess) -> None:
     set_policy(fresh_broker, "ttl", "^app\\.", {"message-ttl": 5000}, priority=2, **{"apply-to": "queues"})
     shovel = {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}
-    api(fresh_broker, "PUT", "/api/parameters/shovel/%2F/move", {"value": shovel})
+    assert api(fresh_broker, "PUT", "/api/parameters/shovel/%2F/move", {"value": shovel}).status_code == 201
     api(fresh_broker, "PUT", "/api/global-parameters/cluster_tag", {"value": "blue"})
     exported = api(fresh_broker, "GET", "/api/definitions").json()
     assert exported["policies"] == [api(fresh_broker, "GET", "/api/policies/%2F/ttl").json()]

@@ -201,6 +201,36 @@ def test_pause_holds_messages_at_the_source_and_resume_moves_them(fresh_broker: 
     assert requests.delete(missing, auth=AUTH, timeout=10).status_code == 404
 
 
+def test_a_pause_is_kept_across_restarts_until_resumed_or_the_parameter_changes(fresh_broker: BrokerProcess) -> None:
+    source, destination = unique_name("src"), unique_name("dest")
+    declare(fresh_broker, source, destination)
+    value = {"src-uri": "amqp://", "src-queue": source, "dest-uri": "amqp://", "dest-queue": destination}
+    put_shovel(fresh_broker, "kept-paused", value)
+    wait_state(fresh_broker, "kept-paused", "running")
+    base = f"{fresh_broker.http_url}/api/shovels/%2F/kept-paused"
+    assert requests.put(f"{base}/pause", auth=AUTH, timeout=10).status_code == 204
+    fresh_broker.restart()
+    wait_state(fresh_broker, "kept-paused", "paused")
+    publish(fresh_broker, source, 4, declare=False)
+    time.sleep(0.5)
+    assert count(fresh_broker, source) == 4
+    # The export stays RabbitMQ's: the pause is not in the parameter's value.
+    exported = requests.get(f"{fresh_broker.http_url}/api/definitions", auth=AUTH, timeout=10).json()
+    assert {"vhost": "/", "component": "shovel", "name": "kept-paused", "value": value} in exported["parameters"]
+
+    assert requests.put(f"{base}/resume", auth=AUTH, timeout=10).status_code == 204
+    assert len(drain(fresh_broker, destination, 4)) == 4
+    fresh_broker.restart()
+    wait_state(fresh_broker, "kept-paused", "running")
+
+    requests.put(f"{base}/pause", auth=AUTH, timeout=10)
+    put_shovel(fresh_broker, "kept-paused", {**value, "src-prefetch-count": 10})  # a new parameter runs
+    wait_state(fresh_broker, "kept-paused", "running")
+    fresh_broker.restart()
+    wait_state(fresh_broker, "kept-paused", "running")
+    assert "Traceback" not in fresh_broker.output
+
+
 @pytest.mark.parametrize(
     ("value", "reason"),
     [

@@ -106,6 +106,10 @@ class ShovelLink:
 
     async def pause(self) -> None:
         await self.stop()
+        self.hold()
+
+    def hold(self) -> None:
+        """Paused without having run: a pause kept across a restart."""
         self._set_state(PAUSED)
 
     def resume(self) -> None:

@@ -9,8 +9,8 @@
 - `GET /api/shovels/vhost/{vhost}/{name}`: one shovel;
 - `DELETE /api/shovels/vhost/{vhost}/{name}/restart`: start it again now;
 - `PUT /api/shovels/{vhost}/{name}/pause`, `/resume`: hold it (its connections closed, its
-  messages left at the source) and let it go again. A pause lasts until resumed, the
-  parameter changes or the broker restarts;
+  messages left at the source) and let it go again. A pause is stored, as LavinMQ's: it
+  lasts across restarts until resumed or the parameter changes;
 - `GET /api/federation-links`, `/api/federation-links/{vhost}`: federation links, same
   rule; a row: `node`, `exchange` or `queue`, `upstream_exchange` or `upstream_queue`,
   `type`, `vhost`, `upstream`, `id`, `status` (`starting`, `running`, `error` with
@@ -104,11 +104,13 @@ async def restart_shovel(request: web.Request) -> web.Response:
 
 @routes.put("/api/shovels/{vhost}/{name}/pause")
 async def pause_shovel(request: web.Request) -> web.Response:
-    await (await _link(request)).pause()
+    link = await _link(request)
+    await path_vhost(request).links.shovels.pause(link)
     return done()
 
 
 @routes.put("/api/shovels/{vhost}/{name}/resume")
 async def resume_shovel(request: web.Request) -> web.Response:
-    (await _link(request)).resume()
+    link = await _link(request)
+    path_vhost(request).links.shovels.resume(link)
     return done()
