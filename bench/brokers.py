@@ -2,14 +2,16 @@
 
 Neither touches anything outside its temporary directory: Lavin gets its own data dir,
 RabbitMQ its own mnesia, log, cookie (HOME), plugin and config files, listens on loopback
-only, runs only the plugins it is asked for, and ignores whatever /etc/rabbitmq holds.
-Given `Certificates` (made at run time by `write_certificates`) both also listen for AMQPS
-with the same certificate and ask clients for none.
+only, runs only the plugins asked for (none by default), and ignores whatever /etc/rabbitmq
+holds. An `instance` suffix lets a second broker of the same kind run beside the first. Given `Certificates`
+(made at run time by `write_certificates`) both also listen for AMQPS with the same
+certificate and ask clients for none.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import os
 import shutil
 import signal
@@ -17,12 +19,18 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote
 
 RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+# The script itself, not Debian's /usr/sbin wrapper, which switches to the rabbitmq user.
+RABBITMQCTL = RABBITMQ_SERVER.with_name("rabbitmqctl")
+CTL_TIMEOUT = 60.0
 EPMD_PORT = 4369
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 60.0
@@ -44,6 +52,54 @@ class Certificates:
     key: Path
 
 
+class Shovels(Protocol):
+    """Defines and removes dynamic shovels (in the default vhost) on one broker."""
+
+    def set(self, name: str, value: Mapping[str, Any]) -> None: ...
+
+    def clear(self, name: str) -> None: ...
+
+
+class LavinShovels:
+    """Through the management API's parameters, as guest."""
+
+    def __init__(self, http_url: str) -> None:
+        self.http_url = http_url
+
+    def _request(self, method: str, name: str, body: Mapping[str, Any] | None) -> None:
+        url = f"{self.http_url}/api/parameters/shovel/%2F/{quote(name, safe='')}"
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data, {"Content-Type": "application/json"}, method=method)
+        request.add_unredirected_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")  # guest:guest
+        with urllib.request.urlopen(request, timeout=CTL_TIMEOUT):  # raises HTTPError on a 4xx or 5xx
+            pass
+
+    def set(self, name: str, value: Mapping[str, Any]) -> None:
+        self._request("PUT", name, {"value": value})
+
+    def clear(self, name: str) -> None:
+        self._request("DELETE", name, None)
+
+
+class RabbitShovels:
+    """With `rabbitmqctl` in the node's environment: its management plugin is not enabled."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = dict(env)
+
+    def _ctl(self, *arguments: str) -> None:
+        command = [str(RABBITMQCTL), *arguments]
+        done = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=CTL_TIMEOUT, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {arguments[0]} failed: {(done.stderr or done.stdout).strip()}")
+
+    def set(self, name: str, value: Mapping[str, Any]) -> None:
+        self._ctl("set_parameter", "shovel", name, json.dumps(value))
+
+    def clear(self, name: str) -> None:
+        self._ctl("clear_parameter", "shovel", name)
+
+
 @dataclass(frozen=True)
 class Broker:
     name: str
@@ -54,6 +110,7 @@ class Broker:
     amqps_uri: str | None = None
     ca: Path | None = None  # what the AMQPS certificate is checked against
     websocket_url: str | None = None  # AMQP over WebSocket, for a broker that has it
+    shovels: Shovels | None = None  # for a broker whose shovels the comparison knows how to set
     # The environment `rabbitmqctl` reaches this node with (its name and Erlang cookie).
     control_env: Mapping[str, str] | None = None
 
@@ -142,15 +199,17 @@ def environment_without_lavin() -> dict[str, str]:
 
 @contextmanager
 def lavin(
-    workdir: Path, extra_args: Sequence[str] = (), *, certificates: Certificates | None = None
+    workdir: Path, extra_args: Sequence[str] = (), *, certificates: Certificates | None = None, instance: str = ""
 ) -> Iterator[Broker]:
     """`lavin serve` from the same environment as this interpreter (.venv/bin/lavin), with
     AMQP over WebSocket on its HTTP port, AMQPS given `certificates`, and any further
     `lavin serve` flags."""
     port, http_port = free_port(), free_port()
     amqps_port = free_port() if certificates is not None else None
-    log = workdir / "lavin.log"
-    command = [str(Path(sys.executable).parent / "lavin"), "serve", "--data-dir", str(workdir / "lavin-data"),
+    name = f"Lavin{instance}"
+    log = workdir / f"lavin{instance}.log"
+    data_dir = workdir / f"lavin{instance}-data"
+    command = [str(Path(sys.executable).parent / "lavin"), "serve", "--data-dir", str(data_dir),
                "--bind", "127.0.0.1", "--amqp-port", str(port), "--log-level", "warning",
                "--http-port", str(http_port), "--metrics-http-port", str(free_port())]  # fmt: skip
     if certificates is not None:
@@ -162,11 +221,13 @@ def lavin(
         )
     try:
         ports = (port, http_port) if amqps_port is None else (port, http_port, amqps_port)
-        wait_until_listening(ports, process, "Lavin", log)
+        wait_until_listening(ports, process, name, log)
         amqps_uri, ca = amqps_reach(amqps_port, certificates)
-        yield Broker("Lavin", loopback_uri(port), process.pid, amqps_uri, ca, f"ws://127.0.0.1:{http_port}/ws/amqp")
+        http_url = f"http://127.0.0.1:{http_port}"
+        yield Broker(name, loopback_uri(port), process.pid, amqps_uri, ca, f"ws://127.0.0.1:{http_port}/ws/amqp",
+                     LavinShovels(http_url))  # fmt: skip
     finally:
-        stop_process(process, "Lavin")
+        stop_process(process, name)
 
 
 def ensure_rabbitmq_installed() -> None:
@@ -198,15 +259,15 @@ def rabbitmq_tls_config(amqps_port: int, certificates: Certificates) -> str:
 
 @contextmanager
 def rabbitmq(
-    workdir: Path, *, certificates: Certificates | None = None, plugins: Sequence[str] = ()
+    workdir: Path, *, certificates: Certificates | None = None, plugins: Sequence[str] = (), instance: str = ""
 ) -> Iterator[Broker]:
-    """A private node; AMQPS given `certificates`; these plugins enabled (none by default).
-    RabbitMQ 3.10 has no AMQP over WebSocket (its Web-AMQP plugin came later), so the
-    broker has no websocket_url."""
-    base = workdir / "rabbitmq"
+    """A private node running only `plugins`; AMQPS given `certificates`. RabbitMQ 3.10 has
+    no AMQP over WebSocket (its Web-AMQP plugin came later), so the broker has no websocket_url."""
+    name = f"RabbitMQ{instance}"
+    base = workdir / f"rabbitmq{instance}"
     home = base / "home"  # the Erlang cookie goes here
     home.mkdir(parents=True)
-    (base / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")
+    (base / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")  # management off unless asked for
     port = free_port()
     amqps_port = free_port() if certificates is not None else None
     config = "" if certificates is None else rabbitmq_tls_config(amqps_port or 0, certificates)
@@ -214,7 +275,7 @@ def rabbitmq(
     env = {
         **os.environ,
         "HOME": str(home),
-        "RABBITMQ_NODENAME": f"lavin-compare-{os.getpid()}@localhost",
+        "RABBITMQ_NODENAME": f"lavin-compare-{os.getpid()}{instance}@localhost",
         "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
         "RABBITMQ_NODE_PORT": str(port),
         "RABBITMQ_DIST_PORT": str(free_port()),
@@ -234,13 +295,14 @@ def rabbitmq(
         # The script traps SIGTERM and shuts the Erlang node down cleanly.
         process = subprocess.Popen([str(RABBITMQ_SERVER)], stdout=output, stderr=subprocess.STDOUT, env=env)
     try:
-        wait_until_listening((port,) if amqps_port is None else (port, amqps_port), process, "RabbitMQ", log)
+        wait_until_listening((port,) if amqps_port is None else (port, amqps_port), process, name, log)
         # The Erlang VM's own pid (the script's child), whose /proc entry covers every scheduler.
         pid = int((base / "pid").read_text().strip())
         amqps_uri, ca = amqps_reach(amqps_port, certificates)
-        yield Broker("RabbitMQ", loopback_uri(port), pid, amqps_uri, ca, control_env=env)
+        shovels = RabbitShovels(env) if "rabbitmq_shovel" in plugins else None
+        yield Broker(name, loopback_uri(port), pid, amqps_uri, ca, shovels=shovels, control_env=env)
     finally:
-        stop_process(process, "RabbitMQ")
+        stop_process(process, name)
         epmd = shutil.which("epmd")
         if not epmd_was_running and epmd is not None:  # the node started it; leave no daemon behind
             subprocess.run([epmd, "-kill"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)

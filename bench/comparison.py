@@ -1,7 +1,8 @@
 """Lavin against RabbitMQ and any further brokers on this machine: the same lavin-perf scenarios on each.
 
     bench/compare [--duration 5] [--rounds 3] [--connections 1000] [--queues 2000] [--only WORD]
-                  [--peer NAME=URI[,START_CMD]] [--peer-pid NAME=PID] [--no-rabbitmq]
+                  [--shovel-messages 200000] [--peer NAME=URI[,START_CMD]] [--peer-pid NAME=PID]
+                  [--no-rabbitmq]
 
 Starts a Lavin and a private RabbitMQ node (`lavin.bench.brokers`; rabbitmq-server is
 installed with apt-get when missing), both with AMQPS on a certificate made for the run,
@@ -9,7 +10,9 @@ and the peers (`lavin.bench.peers`: started from START_CMD, or already running a
 runs every scenario on each broker in turn, then again (A B C A B C ...) so machine noise
 hits all, and prints a Markdown table of the medians: the figure compared, the ratio of
 Lavin to each other broker, and each broker's CPU time per message (or queue, or
-connection) read from /proc when its pid is known. A scenario a broker cannot run (AMQP
+connection) read from /proc when its pid is known. Last come the shovel rows
+(`lavin.bench.shovel`): a backlog moved by each broker's own shovel, queue to queue and to
+a second broker of the same kind. A scenario a broker cannot run (AMQP
 over WebSocket on RabbitMQ 3.10, AMQPS on a peer without `{amqps_port}`, a figure read
 from /proc without a pid) shows n/a.
 """
@@ -23,14 +26,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lavin.bench.brokers import Broker, Transport, ensure_rabbitmq_installed, lavin, rabbitmq, write_certificates
+from lavin.bench.load import WorkerFailed
 from lavin.bench.measure import process_cpu_seconds
 from lavin.bench.peers import PeerSpec, parse_peer, parse_peer_pid, peer
+from lavin.bench.shovel import run_shovel
 
 RUN_TIMEOUT_MARGIN = 180.0  # on top of a scenario's duration: set-up, draining, queue deletion
 IDLE_CPU_SHARE = 0.05  # a broker using less of a core than this has finished the previous run's work
@@ -50,13 +56,27 @@ class Scenario:
 
 
 @dataclass(frozen=True)
+class ShovelScenario:
+    """A backlog moved by the broker's own shovel (`lavin.bench.shovel`), not a lavin-perf run."""
+
+    label: str
+    count: int
+    remote: bool  # to a second broker of the same kind, rather than to a queue beside the source
+    size: int = 100
+    unit: str = "msg/s"
+
+
+@dataclass(frozen=True)
 class Measured:
     metric: float | None
     cpu: float | None
 
 
 # A scenario and its runs on each broker, in the order of the table's columns.
-Row = tuple[Scenario, list[list[Measured]]]
+Row = tuple[Scenario | ShovelScenario, list[list[Measured]]]
+# Starts a second broker of the same kind as a column's, named with this suffix.
+TwinStarter = Callable[[str], AbstractContextManager[Broker]]
+SHOVEL_PLUGINS = ("rabbitmq_shovel",)
 
 
 BODY_SIZES = (("1 KiB", 1 << 10, 1000), ("64 KiB", 1 << 16, 100), ("1 MiB", 1 << 20, 10), ("16 MiB", 1 << 24, 2))
@@ -118,6 +138,12 @@ def scenarios(connections: int, churn_queues: int) -> tuple[Scenario, list[Scena
     return idle, repeated
 
 
+def shovel_scenarios(count: int) -> list[ShovelScenario]:
+    shape = f"{count:,} x 100 B, transient, on-confirm"
+    return [ShovelScenario(f"shovel, queue to queue on one broker ({shape})", count, remote=False),
+            ShovelScenario(f"shovel, broker to broker ({shape})", count, remote=True)]  # fmt: skip
+
+
 def wait_until_idle(pid: int) -> None:
     """Let the broker finish what the previous run left (deleting a full queue, garbage
     collection) so that it is not billed to the next run."""
@@ -175,6 +201,49 @@ def run_scenario(scenario: Scenario, broker: Broker, duration: float) -> Measure
     session = f" ({tls['version']} {tls['cipher']})" if tls else ""
     print(f"{show(measured.metric)} {scenario.unit}, broker CPU {show(measured.cpu)} µs/op{session}", file=sys.stderr)
     return measured
+
+
+def run_shovel_scenario(scenario: ShovelScenario, broker: Broker, twin: Broker | None) -> Measured:
+    print(f"{broker.name:8}  {scenario.label}: ", end="", file=sys.stderr, flush=True)
+    if broker.shovels is None:
+        print("n/a: the comparison cannot set this broker's shovels", file=sys.stderr)
+        return Measured(None, None)
+    if scenario.remote and twin is None:
+        print("n/a: no second broker of this kind", file=sys.stderr)
+        return Measured(None, None)
+    for pid in (broker.pid, twin.pid if twin is not None else None):
+        if pid is not None:
+            wait_until_idle(pid)
+    try:
+        moved = run_shovel(broker, twin, scenario.count, scenario.size)
+    except (OSError, RuntimeError, WorkerFailed, subprocess.SubprocessError) as exc:  # n/a; the table goes on
+        print(f"failed: {exc}", file=sys.stderr)
+        return Measured(None, None)
+    print(f"{show(moved.rate)} {scenario.unit}, broker CPU {show(moved.cpu_us_per_message)} µs/op", file=sys.stderr)
+    return Measured(moved.rate, moved.cpu_us_per_message)
+
+
+def start_twin(stack: ExitStack, start: TwinStarter) -> Broker | None:
+    """A second broker until `stack` closes; None (and the row shows n/a) if it does not start."""
+    try:
+        return stack.enter_context(start("-2"))
+    except RuntimeError as exc:
+        print(f"a second broker did not start: {exc}", file=sys.stderr)
+        return None
+
+
+def run_shovel_rows(
+    scenario: ShovelScenario, brokers: list[Broker], twin_starters: list[TwinStarter | None], rounds: int
+) -> Row:
+    """Rounds as for the other rows; broker to broker starts a twin of each broker for the row."""
+    runs: list[list[Measured]] = [[] for _ in brokers]
+    with ExitStack() as twins_running:
+        twins = [start_twin(twins_running, start) if start is not None and scenario.remote else None
+                 for start in twin_starters]  # fmt: skip
+        for _ in range(rounds):
+            for broker, twin, broker_runs in zip(brokers, twins, runs, strict=True):
+                broker_runs.append(run_shovel_scenario(scenario, broker, twin))
+    return scenario, runs
 
 
 def median(values: list[float | None]) -> float | None:
@@ -242,21 +311,37 @@ def main() -> None:
         metavar="NAME=PID",
         help="the process whose CPU time counts for peer NAME (default: START_CMD's; none for a running peer)",
     )
+    parser.add_argument(
+        "--shovel-messages",
+        type=int,
+        default=200_000,
+        metavar="N",
+        help="messages each shovel row moves (default 200000)",
+    )
     parser.add_argument("--no-rabbitmq", action="store_true", help="compare against the peers only")
     args = parser.parse_args()
+    if args.shovel_messages < 1:
+        parser.error("--shovel-messages must be at least 1")
     pids = peer_pids(parser, args.peer, args.peer_pid)
     if not args.no_rabbitmq:
         ensure_rabbitmq_installed()
     idle, repeated = scenarios(args.connections, args.queues)
+    shovel_rows = shovel_scenarios(args.shovel_messages)
     if args.only:
         repeated = [scenario for scenario in repeated if any(word in scenario.label for word in args.only)]
+        shovel_rows = [scenario for scenario in shovel_rows if any(word in scenario.label for word in args.only)]
+    # The shovel plugin only when a shovel row runs: the other rows keep RabbitMQ as it was.
+    plugins = SHOVEL_PLUGINS if shovel_rows else ()
     with tempfile.TemporaryDirectory(prefix="lavin-compare-") as workdir, ExitStack() as stack:
         certificates = write_certificates(Path(workdir) / "tls")
         brokers = [stack.enter_context(lavin(Path(workdir), certificates=certificates))]
+        twin_starters: list[TwinStarter | None] = [lambda instance: lavin(Path(workdir), instance=instance)]
         if not args.no_rabbitmq:
-            brokers.append(stack.enter_context(rabbitmq(Path(workdir), certificates=certificates)))
+            brokers.append(stack.enter_context(rabbitmq(Path(workdir), certificates=certificates, plugins=plugins)))
+            twin_starters.append(lambda instance: rabbitmq(Path(workdir), plugins=plugins, instance=instance))
         for spec in args.peer:
             brokers.append(stack.enter_context(peer(spec, Path(workdir), certificates, pids.get(spec.name))))
+            twin_starters.append(None)
         # First, while the brokers are fresh: memory freed by message runs would hide connection growth.
         rows: list[Row] = []
         if not args.only or any(word in idle.label for word in args.only):
@@ -267,6 +352,8 @@ def main() -> None:
                 for broker, broker_runs in zip(brokers, runs, strict=True):
                     broker_runs.append(run_scenario(scenario, broker, args.duration))
             rows.append((scenario, runs))
+        for shovel_row in shovel_rows:
+            rows.append(run_shovel_rows(shovel_row, brokers, twin_starters, args.rounds))
     print_table([broker.name for broker in brokers], rows)
 
 

@@ -21,11 +21,9 @@ from typing import Any
 
 import pika
 import pytest
-from lavin.bench.brokers import RABBITMQ_SERVER, Broker, rabbitmq
+from lavin.bench.brokers import CTL_TIMEOUT, RABBITMQ_SERVER, RABBITMQCTL, Broker, rabbitmq
 
-RABBITMQCTL = RABBITMQ_SERVER.with_name("rabbitmqctl")
 PLUGINS = ("rabbitmq_shovel", "rabbitmq_federation")
-CTL_TIMEOUT = 60
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,21 @@ def test_exchange_federation_follows_downstream_bindings(pair: tuple[BrokerProce
     publish(upstream, exchange, ["us.late"])
     assert [body for _, body in get_all(downstream, later, 1)] == [b"us.late"]
     assert get_all(downstream, queue, 1, timeout=0.5) == []
+    assert upstream_keys(upstream, exchange) == {"eu.#", "us.#"}
+    connection = connect(downstream.url)
+    connection.channel().queue_unbind(queue, exchange, "eu.#")
+    connection.close()
+    deadline = time.monotonic() + 10
+    while upstream_keys(upstream, exchange) != {"us.#"}:
+        assert time.monotonic() < deadline, upstream_keys(upstream, exchange)
+        time.sleep(0.1)
+
+
+def upstream_keys(upstream: BrokerProcess, exchange: str) -> set[str]:
+    """The keys the federation queue on the upstream is bound with, from its exchange."""
+    url = f"{upstream.http_url}/api/exchanges/%2F/{exchange}/bindings/source"
+    bindings = requests.get(url, auth=AUTH, timeout=10).json()
+    return {b["routing_key"] for b in bindings if b["destination"].startswith(f"federation: {exchange} -> ")}
 
 
 def test_max_hops_stops_a_cycle(pair: tuple[BrokerProcess, BrokerProcess]) -> None:

@@ -129,7 +129,7 @@ def test_start_up_names_the_version_the_listeners_and_the_plugins(broker: Broker
         f"Listening on amqp://127.0.0.1:{broker.port}\n",
         f"Listening on http://127.0.0.1:{broker.http_port} (management API and web UI)\n",
         f"Listening on http://127.0.0.1:{broker.metrics_port} (Prometheus metrics)\n",
-        "INFO lavin.server: Server startup complete; 14 built-in plugins loaded, no optional plugin enabled"
+        "INFO lavin.server: Server startup complete; 20 built-in plugins loaded, no optional plugin enabled"
         " (see `lavin plugins`)\n",
     ):
         assert expected in log, expected

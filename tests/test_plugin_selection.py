@@ -95,7 +95,7 @@ def test_startup_log_names_version_and_every_plugin(broker_factory: BrokerFactor
     # A plugin module outside any distribution is named by its file.
     module_line = rf"plugin lavin\.plugins {LIFECYCLE_PLUGIN} from /\S+/tests/lifecycle_plugin\.py enabled"
     assert any(re.fullmatch(module_line, line) for line in lines), broker.output
-    summary = f"Server startup complete; 14 built-in plugins loaded; enabled: {PREFIX_TYPE}, {LIFECYCLE_PLUGIN}"
+    summary = f"Server startup complete; 20 built-in plugins loaded; enabled: {PREFIX_TYPE}, {LIFECYCLE_PLUGIN}"
     assert summary in lines, broker.output
 
 

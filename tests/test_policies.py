@@ -345,7 +345,7 @@ def test_a_policy_in_a_missing_vhost_is_404(broker: BrokerProcess) -> None:
 
 def test_parameters_and_global_parameters_are_stored(broker: BrokerProcess) -> None:
     name = unique_name("shovel")
-    value = {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}
+    value = {"src-uri": "amqp://", "src-queue": unique_name("a"), "dest-uri": "amqp://", "dest-queue": unique_name("b")}
     assert api(broker, "PUT", f"/api/parameters/shovel/%2F/{name}", {"value": value}).status_code == 201
     expected = {"vhost": "/", "component": "shovel", "name": name, "value": value}
     assert api(broker, "GET", f"/api/parameters/shovel/%2F/{name}").json() == expected
@@ -402,13 +402,12 @@ def test_an_unreadable_policies_file_stops_the_start_naming_it(fresh_broker: Bro
 
 def test_definitions_round_trip_policies_and_parameters(fresh_broker: BrokerProcess) -> None:
     set_policy(fresh_broker, "ttl", "^app\\.", {"message-ttl": 5000}, priority=2, **{"apply-to": "queues"})
-    api(fresh_broker, "PUT", "/api/parameters/shovel/%2F/move", {"value": {"src-queue": "a", "dest-queue": "b"}})
+    shovel = {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}
+    assert api(fresh_broker, "PUT", "/api/parameters/shovel/%2F/move", {"value": shovel}).status_code == 201
     api(fresh_broker, "PUT", "/api/global-parameters/cluster_tag", {"value": "blue"})
     exported = api(fresh_broker, "GET", "/api/definitions").json()
     assert exported["policies"] == [api(fresh_broker, "GET", "/api/policies/%2F/ttl").json()]
-    assert {"vhost": "/", "component": "shovel", "name": "move", "value": {"src-queue": "a", "dest-queue": "b"}} in (
-        exported["parameters"]
-    )
+    assert {"vhost": "/", "component": "shovel", "name": "move", "value": shovel} in exported["parameters"]
     assert exported["global_parameters"] == [{"name": "cluster_tag", "value": "blue"}]
     for path in ("/api/policies/%2F/ttl", "/api/parameters/shovel/%2F/move", "/api/global-parameters/cluster_tag"):
         api(fresh_broker, "DELETE", path)

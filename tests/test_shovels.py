@@ -201,6 +201,36 @@ def test_pause_holds_messages_at_the_source_and_resume_moves_them(fresh_broker: 
     assert requests.delete(missing, auth=AUTH, timeout=10).status_code == 404
 
 
+def test_a_pause_is_kept_across_restarts_until_resumed_or_the_parameter_changes(fresh_broker: BrokerProcess) -> None:
+    source, destination = unique_name("src"), unique_name("dest")
+    declare(fresh_broker, source, destination)
+    value = {"src-uri": "amqp://", "src-queue": source, "dest-uri": "amqp://", "dest-queue": destination}
+    put_shovel(fresh_broker, "kept-paused", value)
+    wait_state(fresh_broker, "kept-paused", "running")
+    base = f"{fresh_broker.http_url}/api/shovels/%2F/kept-paused"
+    assert requests.put(f"{base}/pause", auth=AUTH, timeout=10).status_code == 204
+    fresh_broker.restart()
+    wait_state(fresh_broker, "kept-paused", "paused")
+    publish(fresh_broker, source, 4, declare=False)
+    time.sleep(0.5)
+    assert count(fresh_broker, source) == 4
+    # The export stays RabbitMQ's: the pause is not in the parameter's value.
+    exported = requests.get(f"{fresh_broker.http_url}/api/definitions", auth=AUTH, timeout=10).json()
+    assert {"vhost": "/", "component": "shovel", "name": "kept-paused", "value": value} in exported["parameters"]
+
+    assert requests.put(f"{base}/resume", auth=AUTH, timeout=10).status_code == 204
+    assert len(drain(fresh_broker, destination, 4)) == 4
+    fresh_broker.restart()
+    wait_state(fresh_broker, "kept-paused", "running")
+
+    requests.put(f"{base}/pause", auth=AUTH, timeout=10)
+    put_shovel(fresh_broker, "kept-paused", {**value, "src-prefetch-count": 10})  # a new parameter runs
+    wait_state(fresh_broker, "kept-paused", "running")
+    fresh_broker.restart()
+    wait_state(fresh_broker, "kept-paused", "running")
+    assert "Traceback" not in fresh_broker.output
+
+
 @pytest.mark.parametrize(
     ("value", "reason"),
     [
@@ -262,3 +292,20 @@ def test_ctl_shovel_status_lists_the_shovel(fresh_broker: BrokerProcess) -> None
     wait_state(fresh_broker, "listed", "running")
     (row,) = json.loads(ctl_ok(fresh_broker, "shovel_status", "--formatter", "json"))
     assert row["name"] == "listed" and row["state"] == "running" and row["dest_uri"] == "amqp://"
+
+
+def test_a_shovel_may_name_only_vhosts_its_setter_can_use(fresh_broker: BrokerProcess) -> None:
+    base = fresh_broker.http_url
+    for vhost in ("mine", "theirs"):
+        assert requests.put(f"{base}/api/vhosts/{vhost}", auth=AUTH, timeout=10).status_code == 201
+    body = {"password": "pw", "tags": "policymaker"}
+    assert requests.put(f"{base}/api/users/maker", json=body, auth=AUTH, timeout=10).status_code == 201
+    grant = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert requests.put(f"{base}/api/permissions/mine/maker", json=grant, auth=AUTH, timeout=10).status_code == 201
+    value = {"src-uri": "amqp:///theirs", "src-queue": "secrets", "dest-uri": "amqp://", "dest-queue": "loot"}
+    url = f"{base}/api/parameters/shovel/mine/steal"
+    refused = requests.put(url, json={"value": value}, auth=("maker", "pw"), timeout=10)
+    assert refused.status_code == 400 and "no access to vhost 'theirs'" in refused.text
+    assert requests.get(url, auth=AUTH, timeout=10).status_code == 404
+    allowed = {**value, "src-uri": "amqp:///mine"}
+    assert requests.put(url, json={"value": allowed}, auth=("maker", "pw"), timeout=10).status_code == 201

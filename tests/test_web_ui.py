@@ -368,6 +368,48 @@ def test_the_stream_browser_reads_without_consuming(page: Page, ui_broker: Broke
     expect(page.locator(".payload")).to_have_text(["event 1", "event 2"])
 
 
+@needs_browser
+def test_shovels_are_added_paused_resumed_and_deleted_and_upstreams_added(page: Page, ui_broker: BrokerProcess) -> None:
+    shovel, source, destination = unique_name("ui-shovel"), unique_name("ui-src"), unique_name("ui-dest")
+    upstream = unique_name("ui-upstream")
+    declare_with_pika(ui_broker, source, destination)
+    log_in(page, ui_broker)
+    page.goto(f"{ui_broker.http_url}/#/shovels")
+    expect(page.locator("h1")).to_have_text("Shovels and federation")
+    submit(page, "Add a shovel", **{"name": shovel, "src-queue": source, "dest-queue": destination})
+    row = page.locator("tr", has_text=shovel)
+    state, forwarded = row.locator(".link-state"), row.locator("td").nth(5)
+    expect(state).to_have_text("running")
+    expect(forwarded).to_have_text("0")
+
+    connection = pika.BlockingConnection(pika.URLParameters(ui_broker.url))
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for number in range(7):
+            channel.basic_publish("", source, f"moved {number}".encode())
+    finally:
+        connection.close()
+    expect(forwarded).to_have_text("7")  # at the page's next refresh
+    assert api_get(ui_broker, f"/api/queues/%2F/{destination}")["messages"] == 7
+
+    row.get_by_role("button", name="Pause").click()
+    expect(state).to_have_text("paused")
+    assert api_get(ui_broker, f"/api/shovels/vhost/%2F/{shovel}")["state"] == "paused"
+    row.get_by_role("button", name="Resume").click()
+    expect(state).to_have_text("running")
+    row.get_by_role("button", name="Delete").click()  # the confirmation is answered yes
+    expect(row).to_have_count(0)
+    stored = requests.get(f"{ui_broker.http_url}/api/parameters/shovel/%2F/{shovel}", auth=GUEST, timeout=10)
+    assert stored.status_code == 404
+
+    uri = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    submit(page, "Add a federation upstream", name=upstream, uri=uri, exchange="orders")
+    added = api_get(ui_broker, f"/api/parameters/federation-upstream/%2F/{upstream}")["value"]
+    assert added == {"uri": uri, "max-hops": 1, "exchange": "orders"}
+    requests.delete(f"{ui_broker.http_url}/api/parameters/federation-upstream/%2F/{upstream}", auth=GUEST, timeout=10)
+
+
 # ---- screenshots for docs/management.md ------------------------------------------------------
 
 

@@ -281,20 +281,14 @@ class AmqpConnection:
         )
 
     async def queue_bind(
-        self, queue: str, exchange: str, routing_key: str, arguments: FieldTable | None = None
+        self, queue: str, exchange: str, routing_key: str, arguments: FieldTable | None = None, *, unbind: bool = False
     ) -> None:
-        bind = unchecked(
-            commands.Queue.Bind, queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments
+        """queue.bind, or queue.unbind with `unbind`."""
+        method, reply = (
+            (commands.Queue.Unbind, commands.Queue.UnbindOk) if unbind else (commands.Queue.Bind, commands.Queue.BindOk)
         )
-        await self._call(bind, commands.Queue.BindOk)
-
-    async def queue_unbind(
-        self, queue: str, exchange: str, routing_key: str, arguments: FieldTable | None = None
-    ) -> None:
-        unbind = unchecked(
-            commands.Queue.Unbind, queue=queue, exchange=exchange, routing_key=routing_key, arguments=arguments
-        )
-        await self._call(unbind, commands.Queue.UnbindOk)
+        fields = {"queue": queue, "exchange": exchange, "routing_key": routing_key, "arguments": arguments}
+        await self._call(unchecked(method, **fields), reply)
 
     async def consume(self, queue: str, *, prefetch_count: int, no_ack: bool = False) -> Deliveries:
         """Start consuming `queue`; deliveries go to the returned buffer, `prefetch_count` at most."""

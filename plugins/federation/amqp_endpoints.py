@@ -271,8 +271,7 @@ class AmqpSource(ShovelSource):
         exchange, connection = self.keys.binding_exchange, self._connection
         if exchange is None or connection is None:
             raise EndpointFailure("this source follows no exchange's bindings (no src-binding-exchange)")
-        call = connection.queue_unbind if unbind else connection.queue_bind
-        await call(self._queue, exchange, routing_key, dict(arguments))
+        await connection.queue_bind(self._queue, exchange, routing_key, dict(arguments), unbind=unbind)
 
     async def _consume(self, connection: AmqpConnection) -> None:
         """Start the consumer once `messages` is asked for, and not while paused: queue

@@ -137,6 +137,8 @@ class FederationLink:
         hops = list(trail) if isinstance(trail, list) else []
         if len(hops) >= self.upstream.max_hops:
             return None
+        source = self.link.source
+        uri = source.settings.uri if source is not None else self.uri
         if self.federated.kind == QUEUE:
             # Republished to the downstream queue by name: keep where it was first sent, as RabbitMQ does.
             headers.setdefault(ORIGINAL_EXCHANGE, message.exchange)
@@ -146,10 +148,10 @@ class FederationLink:
             origin = ("exchange", message.exchange)
         hops.append(
             {
-                "uri": without_credentials(self.uri),
+                "uri": without_credentials(uri),
                 origin[0]: origin[1],
                 "redelivered": message.redelivered,
-                "cluster-name": urlsplit(self.uri).hostname or self._vhost.downstream_id,
+                "cluster-name": urlsplit(uri).hostname or self._vhost.downstream_id,
             }
         )
         headers[RECEIVED_FROM] = hops

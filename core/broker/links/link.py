@@ -106,6 +106,10 @@ class ShovelLink:
 
     async def pause(self) -> None:
         await self.stop()
+        self.hold()
+
+    def hold(self) -> None:
+        """Paused without having run: a pause kept across a restart."""
         self._set_state(PAUSED)
 
     def resume(self) -> None:
@@ -228,7 +232,9 @@ class ShovelLink:
                 pumping.cancel()
                 with contextlib.suppress(asyncio.CancelledError, EndpointFailure):
                     await pumping
-        if failure.done():
+            if not failure.done():
+                failure.cancel()  # confirms that fail after the session are its close's doing
+        if not failure.cancelled():
             failure.result()  # raises the confirm's failure
         pumping.result()  # raises the source's or destination's failure
         return True

@@ -27,8 +27,7 @@ class VHostLinks:
         queues: Mapping[str, Queue],
     ) -> None:
         self.endpoints = endpoints
-        self._policies = policies
-        self.shovels = VHostShovels(policies.vhost_name, endpoints, local, policies.delete_parameter)
+        self.shovels = VHostShovels(policies, endpoints, local)
         self.federation = VHostFederation(
             policies.vhost_name, downstream_id, endpoints, local, lambda: policies.parameters, exchanges, queues
         )
@@ -50,7 +49,7 @@ class VHostLinks:
     # ---- the broker's lifecycle -------------------------------------------------------------
 
     def start(self) -> None:
-        self.shovels.start(self._policies.parameters)
+        self.shovels.start()
         self.federation.start()
 
     async def stop(self) -> None:

@@ -100,6 +100,9 @@ class VHostPolicies:
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
         self.parameters: dict[tuple[str, str], Any] = {}  # (component, name) -> value
+        # Parameters whose link an operator paused (a shovel's pause): kept beside the
+        # parameters, not in their values, so that exports stay RabbitMQ's.
+        self.paused: frozenset[tuple[str, str]] = frozenset()
         self.watcher: ParameterWatcher | None = None
 
     # ---- start-up and persistence ----------------------------------------------------------
@@ -124,6 +127,7 @@ class VHostPolicies:
                     raise PolicyError(f"invalid parameter {entry!r}")
                 check_parameter(entry["component"], entry.get("value"))
                 self.parameters[(entry["component"], str(entry.get("name")))] = entry["value"]
+            self.paused = self._parse_paused(document.get("paused", []))
         except PolicyError as exc:
             reason = str(exc).removeprefix("Validation failed\n\n").strip().replace("\n", "; ")
             raise PolicyFileError(f"{path}: {reason}") from None
@@ -139,10 +143,22 @@ class VHostPolicies:
             policies[name] = parse_policy(self.vhost_name, name, entry, operator=operator)
         return policies
 
+    def _parse_paused(self, entries: Any) -> frozenset[tuple[str, str]]:
+        if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+            raise PolicyError("paused must be a list of objects")
+        keys = ((entry.get("component"), entry.get("name")) for entry in entries)
+        return frozenset(key for key in keys if key in self.parameters)  # a pause outlives no parameter
+
     def _save(
-        self, policies: dict[str, Policy], operator_policies: dict[str, Policy], parameters: dict[tuple[str, str], Any]
+        self,
+        policies: dict[str, Policy],
+        operator_policies: dict[str, Policy],
+        parameters: dict[tuple[str, str], Any],
+        paused: frozenset[tuple[str, str]] | None = None,
     ) -> None:
         """Written before it takes effect: a change that could not be saved (OSError) changes nothing."""
+        if paused is None:
+            paused = frozenset(key for key in self.paused if key in parameters)
         write_json_file(
             self._path,
             {
@@ -151,9 +167,11 @@ class VHostPolicies:
                 "parameters": [
                     self.parameter_json(component, name, value) for (component, name), value in parameters.items()
                 ],
+                "paused": [{"component": component, "name": name} for component, name in sorted(paused)],
             },
         )
         self.policies, self.operator_policies, self.parameters = policies, operator_policies, parameters
+        self.paused = paused
 
     # ---- policies --------------------------------------------------------------------------
 
@@ -199,7 +217,9 @@ class VHostPolicies:
         if self.watcher is not None:
             self.watcher.check_parameter(component, name, value)
         created = (component, name) not in self.parameters
-        self._save(self.policies, self.operator_policies, {**self.parameters, (component, name): value})
+        # A changed parameter starts its link again: a pause ends with it.
+        paused = self.paused - {(component, name)}
+        self._save(self.policies, self.operator_policies, {**self.parameters, (component, name): value}, paused)
         if self.watcher is not None:
             self.watcher.parameter_changed(component, name, value)
         return created
@@ -212,6 +232,13 @@ class VHostPolicies:
         if self.watcher is not None:
             self.watcher.parameter_changed(component, name, None)
         return True
+
+    def set_paused(self, component: str, name: str, paused: bool) -> None:
+        """Keep (or drop) a parameter's pause across restarts."""
+        key = (component, name)
+        held = self.paused | {key} if paused else self.paused - {key}
+        if key in self.parameters and held != self.paused:
+            self._save(self.policies, self.operator_policies, self.parameters, held)
 
     def parameter_json(self, component: str, name: str, value: Any) -> dict[str, Any]:
         return {"vhost": self.vhost_name, "component": component, "name": name, "value": value}

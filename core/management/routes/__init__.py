@@ -11,7 +11,7 @@ module's `routes`, in one ordered tuple.
 - `nodes`: overview, nodes, cluster name, extensions, TLS reload
 - `connections`, `channels` (with consumers), `health` (health checks, aliveness test)
 - `policies` (and operator policies), `parameters` (runtime and global)
-- `shovels`, `federation`: the status of shovels and federation links, shovel control
+- `links`: the status of shovels and federation links, shovel control
 - `exchanges`, `queues`, `bindings`
 - `ui`: the web UI's files
 
