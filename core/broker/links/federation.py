@@ -145,7 +145,7 @@ class FederationLink:
             headers.setdefault(ORIGINAL_ROUTING_KEY, message.routing_key)
             origin = ("queue", self.federated.name)  # RabbitMQ names the downstream queue
         else:
-            origin = ("exchange", message.exchange)
+            origin = ("exchange", self.federated.name)  # as RabbitMQ: the downstream exchange
         hops.append(
             {
                 "uri": without_credentials(uri),
