@@ -71,7 +71,8 @@ def plugins_summary(registry: Registry) -> str:
     """What runs, in a sentence: the built-in plugins are always there, the others only
     when enabled (a bare "0 plugins started" read as if nothing ran)."""
     built_in = sum(plugin.state == "built-in" for plugin in registry.loaded)
-    enabled = [plugin.name for plugin in registry.loaded if plugin.state == "enabled"]
+    # A name enables its entry point in every group (a shovel source and destination): once here.
+    enabled = list(dict.fromkeys(plugin.name for plugin in registry.loaded if plugin.state == "enabled"))
     loaded = f"{built_in} built-in plugins loaded"
     if not enabled:
         return f"{loaded}, no optional plugin enabled (see `lavin plugins`)"

@@ -108,7 +108,7 @@ def test_sample_auth_backend_comes_before_the_internal_one(broker_factory: Broke
 
 @pytest.mark.usefixtures("sample_packages")
 def test_a_shovel_picks_the_file_destination_by_its_scheme(broker_factory: BrokerFactory, tmp_path: Path) -> None:
-    target = tmp_path / "out" / "orders.jsonl"
+    target = tmp_path / "orders.jsonl"
     value = {"src-uri": "amqp://", "src-queue": "orders", "dest-uri": f"file://{target}"}
     not_enabled = broker_factory()
     refused = requests.put(f"{not_enabled.http_url}/api/parameters/shovel/%2F/to-file", json={"value": value},
@@ -124,7 +124,7 @@ def test_a_shovel_picks_the_file_destination_by_its_scheme(broker_factory: Broke
     response = requests.put(f"{broker.http_url}/api/parameters/shovel/%2F/to-file", json={"value": value},
                             auth=("guest", "guest"), timeout=10)  # fmt: skip
     assert response.status_code == 201, response.text
-    wait_until(lambda: target.exists() and len(target.read_text().splitlines()) == 3, "three lines in the file")
+    wait_until(lambda: target.exists() and len(target.read_text().splitlines()) == 3, "three lines in the file", 15)
     assert [json.loads(line)["body"] for line in target.read_text().splitlines()] == ["order 0", "order 1", "order 2"]
     wait_until(lambda: channel.queue_declare("orders", passive=True).method.message_count == 0, "the queue to empty")
     connection.close()

@@ -15,6 +15,8 @@ from lavin.broker.policy.policy_rules import erlang_term, validation_failed
 DEFAULT_RECONNECT_DELAY: Final = 5.0  # seconds, as RabbitMQ's and LavinMQ's shovels
 PROTOCOL: Final = "amqp091"  # the only `src-protocol` / `dest-protocol` Lavin speaks
 E = TypeVar("E", bound=ShovelEndpoint)
+# The schemes whose URIs with no host mean this broker (`file:///path` names a file).
+LOCAL_SCHEMES: Final = frozenset(("amqp", "amqps"))
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ def local_vhost(uri: str, own_vhost: str) -> str | None:
     """The vhost a URI with no host names on this broker (its path, else the link's own
     vhost); None for a URI that names a host."""
     parts = urlsplit(uri)
-    if parts.hostname:
+    if parts.hostname or parts.scheme.lower() not in LOCAL_SCHEMES:
         return None
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
     return unquote(path) if path else own_vhost
