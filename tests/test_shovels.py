@@ -309,3 +309,17 @@ def test_a_shovel_may_name_only_vhosts_its_setter_can_use(fresh_broker: BrokerPr
     assert requests.get(url, auth=AUTH, timeout=10).status_code == 404
     allowed = {**value, "src-uri": "amqp:///mine"}
     assert requests.put(url, json={"value": allowed}, auth=("maker", "pw"), timeout=10).status_code == 201
+
+
+def test_a_list_of_destination_uris_runs_on_one_of_them(fresh_broker: BrokerProcess) -> None:
+    source, destination = unique_name("src"), unique_name("dest")
+    declare(fresh_broker, source, destination)
+    uris = ["amqp://", "amqp:///%2F", fresh_broker.url]
+    value = {"src-uri": "amqp://", "src-queue": source, "dest-uri": uris, "dest-queue": destination}
+    assert put_shovel(fresh_broker, "many", value).status_code == 201
+    row = wait_state(fresh_broker, "many", "running")
+    assert row["dest_uri"] in {"amqp://", "amqp:///%2F", fresh_broker.url.replace("guest:guest@", "guest@")}
+    publish(fresh_broker, source, 5, declare=False)
+    assert len(drain(fresh_broker, destination, 5)) == 5
+    refused = put_shovel(fresh_broker, "bad-list", {**value, "dest-uri": ["amqp://", "gopher://x"]})
+    assert refused.status_code == 400 and "scheme 'gopher'" in refused.text
