@@ -210,7 +210,8 @@ class AmqpConnection:
         self.frame_max = FRAME_MAX
         self.heartbeat = 0
         self._failure: EndpointFailure | None = None
-        self._failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._failed: asyncio.Future[None] = self._loop.create_future()
         self._channel_failure: EndpointFailure | None = None
         self._rpc_lock = asyncio.Lock()
         self._reply: asyncio.Future[Method] | None = None
@@ -221,13 +222,14 @@ class AmqpConnection:
         self._confirming = False
         self._publish_tag = 0
         self._confirms: dict[int, asyncio.Future[None]] = {}  # delivery tag -> its confirm, in order
-        self._confirm_room = asyncio.Semaphore(MAX_UNCONFIRMED)
+        self._confirm_room = asyncio.Event()  # set when a confirm came, for a publish waiting on MAX_UNCONFIRMED
         self._unblocked = asyncio.Event()
         self._unblocked.set()
         self._last_received = self._last_sent = time.monotonic()
         self._outgoing = bytearray()  # written at the end of this turn of the event loop
         self._flush_scheduled = False
-        self._incoming_bytes = bytearray()  # read from the socket, not yet parsed into frames
+        self._received = b""  # read from the socket; frames are parsed from `_parsed` on
+        self._parsed = 0
         self._settlements = SettledTags()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -365,14 +367,11 @@ class AmqpConnection:
         method = b"".join((BASIC_PUBLISH_HEAD, _shortstr(exchange), _shortstr(routing_key), b"\x00"))
         if not self._unblocked.is_set():
             await self.watch(self._unblocked.wait())
-        confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._confirming:
-            if self._confirm_room.locked():
-                await self.watch(self._confirm_room.acquire())
-            else:
-                await self._confirm_room.acquire()  # free: returns at once
-            confirmed.add_done_callback(lambda _: self._confirm_room.release())
+        while self._confirming and len(self._confirms) >= MAX_UNCONFIRMED:
+            self._confirm_room.clear()
+            await self.watch(self._confirm_room.wait())
         self._raise_if_failed()
+        confirmed: asyncio.Future[None] = self._loop.create_future()
         step = self.frame_max - FRAME_OVERHEAD
         frames = [
             FRAME_HEAD.pack(FRAME_METHOD, CHANNEL, len(method)),
@@ -435,6 +434,7 @@ class AmqpConnection:
         if self._reply is not None and not self._reply.done():
             self._reply.set_exception(failure)
         confirms, self._confirms = self._confirms, {}
+        self._confirm_room.set()
         for confirmed in confirms.values():
             if not confirmed.done():
                 confirmed.set_exception(failure)
@@ -479,7 +479,7 @@ class AmqpConnection:
         """Send a synchronous method and wait for its reply."""
         async with self._rpc_lock:
             self._raise_if_failed()
-            self._reply = asyncio.get_running_loop().create_future()
+            self._reply = self._loop.create_future()
             self._send(channel, method)
             answer = await self.watch(self._reply)
             if not isinstance(answer, reply):
@@ -502,7 +502,7 @@ class AmqpConnection:
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
 
     def _put_acks(self) -> None:
         if self._channel_failure is None and self._failure is None:
@@ -521,33 +521,46 @@ class AmqpConnection:
         self._outgoing.clear()
 
     async def _read_frame(self) -> tuple[int, int, bytes]:
-        """The next frame, parsed out of a buffer filled by large reads."""
-        buffer = self._incoming_bytes
-        while True:
-            if len(buffer) >= FRAME_HEAD.size:
-                frame_type, channel, size = FRAME_HEAD.unpack_from(buffer)
-                if size > self.frame_max - FRAME_OVERHEAD:
-                    raise EndpointFailure(f"the broker sent a frame of {size} bytes, over frame_max {self.frame_max}")
-                end = FRAME_HEAD.size + size
-                if len(buffer) > end:
-                    if buffer[end] != FRAME_END:
-                        raise EndpointFailure("the broker sent a frame without its end octet")
-                    payload = bytes(buffer[FRAME_HEAD.size : end])
-                    del buffer[: end + 1]
-                    self._last_received = time.monotonic()
-                    return frame_type, channel, payload
-            try:
-                data = await self._reader.read(READ_SIZE)
-            except OSError as error:
-                raise EndpointFailure(f"connection lost: {error}") from None
-            if not data:
-                raise EndpointFailure("connection lost: closed by the broker")
-            buffer += data
+        while (frame := self._next_frame()) is None:
+            await self._receive()
+        return frame
+
+    def _next_frame(self) -> tuple[int, int, bytes] | None:
+        """The next whole frame among the bytes received, or None until more come."""
+        data, start = self._received, self._parsed
+        if len(data) - start < FRAME_HEAD.size:
+            return None
+        frame_type, channel, size = FRAME_HEAD.unpack_from(data, start)
+        if size > self.frame_max - FRAME_OVERHEAD:
+            raise EndpointFailure(f"the broker sent a frame of {size} bytes, over frame_max {self.frame_max}")
+        end = start + FRAME_HEAD.size + size
+        if len(data) <= end:
+            return None
+        if data[end] != FRAME_END:
+            raise EndpointFailure("the broker sent a frame without its end octet")
+        self._parsed = end + 1
+        return frame_type, channel, data[start + FRAME_HEAD.size : end]
+
+    async def _receive(self) -> None:
+        """Read what the socket has, up to READ_SIZE, after the part of a frame still unparsed."""
+        try:
+            chunk = await self._reader.read(READ_SIZE)
+        except OSError as error:
+            raise EndpointFailure(f"connection lost: {error}") from None
+        if not chunk:
+            raise EndpointFailure("connection lost: closed by the broker")
+        self._received = self._received[self._parsed :] + chunk
+        self._parsed = 0
+        self._last_received = time.monotonic()
 
     async def _read_loop(self) -> None:
         try:
             while True:
-                frame_type, channel, payload = await self._read_frame()
+                frame = self._next_frame()
+                if frame is None:
+                    await self._receive()
+                    continue
+                frame_type, channel, payload = frame
                 if frame_type == FRAME_METHOD:
                     method_id = METHOD_ID.unpack_from(payload)[0]
                     if method_id == BASIC_DELIVER:
@@ -596,6 +609,8 @@ class AmqpConnection:
             tags = list(itertools.takewhile(lambda tag: tag <= last, self._confirms))
         else:
             tags = [last] if last in self._confirms else []
+        if tags:
+            self._confirm_room.set()
         for tag in tags:
             confirmed = self._confirms.pop(tag)
             if confirmed.done():
