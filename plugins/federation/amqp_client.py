@@ -221,6 +221,8 @@ class AmqpConnection:
         self._wait_for_room = False  # no prefetch bounds the deliveries: stop reading when the buffer is full
         self._confirming = False
         self._publish_tag = 0
+        self._last_route: tuple[str, str] | None = None
+        self._publish_method = b""  # basic.publish's payload for `_last_route`
         self._confirms: dict[int, asyncio.Future[None]] = {}  # delivery tag -> its confirm, in order
         self._confirm_room = asyncio.Event()  # set when a confirm came, for a publish waiting on MAX_UNCONFIRMED
         self._unblocked = asyncio.Event()
@@ -364,7 +366,11 @@ class AmqpConnection:
         publishers or too many are unconfirmed. The future completes on the broker's ack (at
         once without confirms) and fails on a nack or when the connection or channel
         closes. Raises ValueError for a name longer than a short string holds."""
-        method = b"".join((BASIC_PUBLISH_HEAD, _shortstr(exchange), _shortstr(routing_key), b"\x00"))
+        route = (exchange, routing_key)
+        if route != self._last_route:  # a shovel mostly publishes to one place: encode it once
+            method = b"".join((BASIC_PUBLISH_HEAD, _shortstr(exchange), _shortstr(routing_key), b"\x00"))
+            self._last_route, self._publish_method = route, method
+        method = self._publish_method
         if not self._unblocked.is_set():
             await self.watch(self._unblocked.wait())
         while self._confirming and len(self._confirms) >= MAX_UNCONFIRMED:
