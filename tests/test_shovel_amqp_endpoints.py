@@ -27,6 +27,7 @@ from lavin.api import (
     LocalBroker,
     ShovelMessage,
 )
+from lavin.plugins.federation import amqp_client
 from lavin.plugins.federation.amqp_endpoints import AmqpDestination, AmqpSource, AmqpsSource
 from lavin.plugins.federation.amqp_uri import parse_uri
 from tls_certs import write_tls_files
@@ -453,6 +454,29 @@ def test_encoded_properties_hold_only_for_the_mapping_they_came_with() -> None:
     changed = dataclasses.replace(message, properties={**decoded, "headers": {"x-received-from": []}})
     assert changed.raw_properties() is None
     assert ShovelMessage(b"x").raw_properties() is None
+
+
+def test_sends_wait_while_max_unconfirmed_publishes_are_unconfirmed(
+    broker: BrokerProcess, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(amqp_client, "MAX_UNCONFIRMED", 3)
+    queue = session.declare_queue("dest")
+    definition = {"src-queue": "unused", "dest-queue": queue}
+
+    async def scenario() -> int:
+        destination = AmqpDestination(settings(broker.url, definition))
+        await destination.open()
+        most = 0
+        confirms = []
+        for number in range(50):
+            confirms.append(await destination.send(ShovelMessage(f"m-{number}".encode())))
+            most = max(most, sum(not confirmed.done() for confirmed in confirms))
+        await asyncio.gather(*confirms)
+        await destination.close()
+        return most
+
+    assert 1 <= run(scenario) <= 3
+    assert message_count(session.channel, queue) == 50
 
 
 def test_acks_and_nacks_settled_out_of_order_in_one_turn(broker: BrokerProcess, session: Session) -> None:
