@@ -7,15 +7,27 @@ close) inside `asyncio.run`, and checks what arrived with pika.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pika
 import pytest
 from broker_process import BrokerProcess
 from helpers import Session, drain, get_messages, message_count, numbered, open_session, publish_all, unique_name
-from lavin.api import AckMode, EndpointFailure, EndpointSettings, InvalidEndpoint, LocalBroker, ShovelMessage
+from lavin.api import (
+    AckMode,
+    EncodedProperties,
+    EndpointFailure,
+    EndpointSettings,
+    InvalidEndpoint,
+    LocalBroker,
+    ShovelMessage,
+)
+from lavin.plugins.federation import amqp_client
 from lavin.plugins.federation.amqp_endpoints import AmqpDestination, AmqpSource, AmqpsSource
 from lavin.plugins.federation.amqp_uri import parse_uri
 from tls_certs import write_tls_files
@@ -375,6 +387,123 @@ def test_a_body_larger_than_frame_max_moves_whole(broker: BrokerProcess, session
 
     run(scenario)
     assert [message.body for message in drain(session.channel, dest_queue)] == [body]
+
+
+def test_properties_headers_and_bodies_pass_through_unchanged(broker: BrokerProcess, session: Session) -> None:
+    # The source keeps each message's encoded properties and the destination sends them on
+    # as they came: every property, every kind of header value, bodies around frame_max
+    # (131,072 here: a frame holds 131,064 body bytes) and names pamqp would refuse.
+    source_queue = session.track_queue(unique_name("src-ü>"))
+    dest_queue = session.track_queue(unique_name("dest-ключ>"))
+    session.channel.queue_declare(source_queue)
+    session.channel.queue_declare(dest_queue)
+    headers = {
+        "text": "ünïcode",
+        "int": 7,
+        "negative": -(2**40),
+        "flag": True,
+        "nested": {"list": [1, "two", {"three": 3}], "empty": {}},
+        "when": datetime.datetime(2024, 5, 6, 7, 8, 9),
+        "none": None,
+    }
+    properties = pika.BasicProperties(
+        content_type="application/json",
+        content_encoding="gzip",
+        headers=headers,
+        delivery_mode=2,
+        priority=3,
+        correlation_id="corr-1",
+        reply_to="replies",
+        expiration="60000",
+        message_id="id-1",
+        timestamp=1_700_000_000,
+        type="kind",
+        user_id="guest",
+        app_id="app",
+    )
+    bodies = [b"", b"x", bytes(131_064), bytes(range(256)) * 512 + b"!", bytes(range(256)) * 1600]
+    reference_queue = session.declare_queue("reference")  # what pika reads back unshovelled
+    for queue in (source_queue, reference_queue):
+        for body in bodies:
+            session.channel.basic_publish("", queue, body, properties)
+        session.channel.basic_publish("", queue, b"bare")
+    definition = {"src-queue": source_queue, "src-delete-after": len(bodies) + 1, "dest-queue": dest_queue}
+
+    async def scenario() -> None:
+        source, destination = (
+            AmqpSource(settings(broker.url, definition)),
+            AmqpDestination(settings(broker.url, definition)),
+        )
+        await source.open()
+        await destination.open()
+        await shovel(source, destination)
+        await source.close()
+        await destination.close()
+
+    run(scenario)
+    moved, reference = drain(session.channel, dest_queue), drain(session.channel, reference_queue)
+    assert [message.body for message in moved] == [*bodies, b"bare"]
+    assert [vars(message.properties) for message in moved] == [vars(message.properties) for message in reference]
+    assert moved[0].properties.headers["nested"] == headers["nested"]
+
+
+def test_encoded_properties_hold_only_for_the_mapping_they_came_with() -> None:
+    decoded = {"app_id": "a"}
+    message = ShovelMessage(b"x", properties=decoded, encoded=EncodedProperties(decoded, b"raw"))
+    assert message.raw_properties() == b"raw"
+    changed = dataclasses.replace(message, properties={**decoded, "headers": {"x-received-from": []}})
+    assert changed.raw_properties() is None
+    assert ShovelMessage(b"x").raw_properties() is None
+
+
+def test_sends_wait_while_max_unconfirmed_publishes_are_unconfirmed(
+    broker: BrokerProcess, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(amqp_client, "MAX_UNCONFIRMED", 3)
+    queue = session.declare_queue("dest")
+    definition = {"src-queue": "unused", "dest-queue": queue}
+
+    async def scenario() -> int:
+        destination = AmqpDestination(settings(broker.url, definition))
+        await destination.open()
+        most = 0
+        confirms = []
+        for number in range(50):
+            confirms.append(await destination.send(ShovelMessage(f"m-{number}".encode())))
+            most = max(most, sum(not confirmed.done() for confirmed in confirms))
+        await asyncio.gather(*confirms)
+        await destination.close()
+        return most
+
+    assert 1 <= run(scenario) <= 3
+    assert message_count(session.channel, queue) == 50
+
+
+def test_acks_and_nacks_settled_out_of_order_in_one_turn(broker: BrokerProcess, session: Session) -> None:
+    # Acks settled in one turn of the loop go as one multiple ack where they are
+    # contiguous; a nack among them must neither be covered by it nor lost.
+    queue = session.declare_queue("src")
+    publish_all(session.channel, queue, numbered("m", 10))
+    definition = {"src-queue": queue, "src-prefetch-count": 10}
+    order = [(3, True), (1, True), (2, False), (5, True), (4, True), (6, True), (7, True), (8, False), (10, True)]
+
+    async def scenario() -> None:
+        source = AmqpSource(settings(broker.url, definition))
+        await source.open()
+        taken: dict[bytes, Callable[[bool], None]] = {}
+        async for message, settle in source.messages():
+            taken[message.body] = settle
+            if len(taken) == 10:
+                break
+        for number, ok in order:
+            taken[f"m-{number}".encode()](ok)
+        await asyncio.sleep(0.2)
+        taken[b"m-9"](True)  # alone, in a later turn
+        await asyncio.sleep(0.2)
+        await source.close()
+
+    run(scenario)
+    assert sorted(message.body for message in drain(session.channel, queue)) == [b"m-2", b"m-8"]
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,7 @@ from lavin.api.queue import (
 )
 from lavin.api.shovel import (
     AckMode,
+    EncodedProperties,
     EndpointFailure,
     EndpointSettings,
     InvalidEndpoint,
@@ -89,6 +90,7 @@ __all__ = [
     "ConnectionInfo",
     "Destination",
     "DestinationSet",
+    "EncodedProperties",
     "EndpointFailure",
     "EndpointSettings",
     "ExchangeType",

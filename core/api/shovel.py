@@ -43,16 +43,37 @@ class AckMode(Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class EncodedProperties:
+    """Properties as an AMQP content header carried them (the property flags and fields),
+    with the mapping they were decoded into."""
+
+    properties: Mapping[str, Any]
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ShovelMessage:
     """One message on its way: the routing it arrived with and its basic properties by
     their AMQP names (`content_type`, `headers`, `delivery_mode`, `message_id`,
-    `timestamp` as seconds since the epoch, ...), absent ones left out."""
+    `timestamp` as seconds since the epoch, ...), absent ones left out.
+
+    A source that received the properties encoded may set `encoded` too, so that a
+    destination that speaks AMQP sends them on without encoding them again. It holds only
+    while `properties` is the very mapping it was decoded into: a message made with other
+    properties (`dataclasses.replace(message, properties=...)`) has none, whatever
+    `encoded` says (see `raw_properties`)."""
 
     body: bytes
     routing_key: str = ""
     exchange: str = ""
     properties: Mapping[str, Any] = field(default_factory=dict)
     redelivered: bool = False
+    encoded: EncodedProperties | None = None
+
+    def raw_properties(self) -> bytes | None:
+        """The encoded properties if they are still this message's, else None."""
+        encoded = self.encoded
+        return encoded.data if encoded is not None and encoded.properties is self.properties else None
 
 
 # Settles a source message: True once it is safely handed over (acked at the source),

@@ -1,9 +1,11 @@
 """A small asyncio AMQP 0-9-1 client: one connection, one channel, what a shovel needs.
 
 It logs in (PLAIN), negotiates limits and heartbeats, declares and binds, consumes into a
-buffer bounded by the prefetch count, and publishes with publisher confirms. Methods are
-encoded and decoded by pamqp; content headers go through `lavin.api`'s property codec, so
-that properties keep their AMQP names. Everything the broker closes, and a lost socket,
+buffer bounded by the prefetch count, and publishes with publisher confirms. The methods of
+the per-message path (basic.deliver, basic.publish, basic.ack and basic.nack both ways) are
+encoded and decoded here, the rest by pamqp; content headers go through `lavin.api`'s
+property codec, so that properties keep their AMQP names, and a delivery keeps its encoded
+properties too, for a destination that sends them on unchanged. Everything the broker closes, and a lost socket,
 becomes `EndpointFailure` on every pending call, confirm and the delivery buffer.
 
 What a misbehaving peer can make it hold is capped: frames by the negotiated frame_max,
@@ -23,7 +25,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
-from lavin.api import EndpointFailure, LocalBroker, encode_properties
+from lavin.api import EndpointFailure, LocalBroker
 from lavin.api.message import decode_properties
 from lavin.plugins.federation.amqp_uri import AmqpUri
 from pamqp import commands
@@ -38,10 +40,20 @@ T = TypeVar("T")
 PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
 FRAME_END: Final = 0xCE
+FRAME_END_BYTE: Final = bytes((FRAME_END,))
 FRAME_HEAD: Final = struct.Struct(">BHI")
 CONTENT_HEAD: Final = struct.Struct(">HHQ")  # class id, weight, body size
 FRAME_OVERHEAD: Final = 8
 METHOD_ID: Final = struct.Struct(">I")
+DELIVERY_TAG: Final = struct.Struct(">Q")
+BASIC_DELIVER: Final = 0x003C003C
+BASIC_ACK: Final = 0x003C0050
+BASIC_NACK: Final = 0x003C0078
+BASIC_PUBLISH_HEAD: Final = METHOD_ID.pack(0x003C0028) + b"\x00\x00"  # and the reserved ticket
+# A whole basic.ack or basic.nack frame: head, method id, delivery tag, flag bits, frame end.
+SETTLE_FRAME: Final = struct.Struct(">BHIIQBB")
+SETTLE_SIZE: Final = SETTLE_FRAME.size - FRAME_HEAD.size - 1
+READ_SIZE: Final = 65536  # frames are parsed out of reads this large, not read one by one
 FRAME_MAX: Final = 131072  # asked for, and the limit before tune and when the broker sets none
 MIN_FRAME_MAX: Final = 4096
 MAX_BODY_SIZE: Final = 512 * 1024 * 1024  # RabbitMQ's own ceiling for a message
@@ -94,6 +106,7 @@ class Delivery:
     redelivered: bool
     properties: dict[str, Any]
     body: bytes
+    raw_properties: bytes  # `properties` as the content header carried them
 
 
 class Deliveries:
@@ -137,14 +150,26 @@ class Deliveries:
             await self._changed.wait()
 
 
+@dataclass(frozen=True, slots=True)
+class _Deliver:
+    """basic.deliver's fields, less the consumer tag (one consumer per connection)."""
+
+    delivery_tag: int
+    redelivered: bool
+    exchange: str
+    routing_key: str
+
+
 @dataclass(slots=True)
 class _Incoming:
     """A delivery whose content frames are still arriving (`deliver` None: a basic.return, dropped)."""
 
-    deliver: commands.Basic.Deliver | None
+    deliver: _Deliver | None
     properties: dict[str, Any] | None = None
+    raw_properties: bytes = b""
     size: int = 0
-    body: bytearray | None = None
+    received: int = 0
+    chunks: list[bytes] | None = None  # None until the content header came
 
 
 async def connect(uri: AmqpUri, local: LocalBroker | None = None) -> AmqpConnection:
@@ -185,7 +210,8 @@ class AmqpConnection:
         self.frame_max = FRAME_MAX
         self.heartbeat = 0
         self._failure: EndpointFailure | None = None
-        self._failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._failed: asyncio.Future[None] = self._loop.create_future()
         self._channel_failure: EndpointFailure | None = None
         self._rpc_lock = asyncio.Lock()
         self._reply: asyncio.Future[Method] | None = None
@@ -195,12 +221,18 @@ class AmqpConnection:
         self._wait_for_room = False  # no prefetch bounds the deliveries: stop reading when the buffer is full
         self._confirming = False
         self._publish_tag = 0
+        self._last_route: tuple[str, str] | None = None
+        self._publish_method = b""  # basic.publish's payload for `_last_route`
         self._confirms: dict[int, asyncio.Future[None]] = {}  # delivery tag -> its confirm, in order
-        self._confirm_room = asyncio.Semaphore(MAX_UNCONFIRMED)
+        self._confirm_room = asyncio.Event()  # set when a confirm came, for a publish waiting on MAX_UNCONFIRMED
         self._unblocked = asyncio.Event()
         self._unblocked.set()
         self._last_received = self._last_sent = time.monotonic()
         self._outgoing = bytearray()  # written at the end of this turn of the event loop
+        self._flush_scheduled = False
+        self._received = b""  # read from the socket; frames are parsed from `_parsed` on
+        self._parsed = 0
+        self._settlements = SettledTags()
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- the handshake, before the reader task runs ---------------------------------
@@ -244,6 +276,7 @@ class AmqpConnection:
         self._channel_failure = None
         self._confirming = False
         self._publish_tag = 0
+        self._settlements = SettledTags()  # delivery tags start again at 1 on a new channel
         await self._call(commands.Channel.Open(), commands.Channel.OpenOk)
 
     async def confirm_select(self) -> None:
@@ -315,37 +348,51 @@ class AmqpConnection:
 
     # Settling after the channel closed would be a channel error: the broker requeued those already.
     def ack(self, delivery_tag: int) -> None:
-        if self._channel_failure is None:
-            self._send(CHANNEL, commands.Basic.Ack(delivery_tag=delivery_tag))
+        """Acknowledge a delivery at the end of this turn of the event loop, with the others
+        acknowledged in it: one `multiple` ack where they are contiguous."""
+        if self._channel_failure is None and self._failure is None:
+            self._settlements.ack_later(delivery_tag)
+            self._schedule_flush()
 
     def nack(self, delivery_tag: int, *, requeue: bool = True) -> None:
         if self._channel_failure is None:
-            self._send(CHANNEL, commands.Basic.Nack(delivery_tag=delivery_tag, requeue=requeue))
+            self._write(
+                SETTLE_FRAME.pack(FRAME_METHOD, CHANNEL, SETTLE_SIZE, BASIC_NACK, delivery_tag, requeue << 1, FRAME_END)
+            )
+            self._settlements.settled(delivery_tag)  # after the write: no multiple ack before it may cover it
 
-    async def publish(
-        self, exchange: str, routing_key: str, body: bytes, properties: dict[str, Any]
-    ) -> asyncio.Future[None]:
-        """Publish one message, waiting while the broker blocks publishers or too many are
-        unconfirmed. The future completes on the broker's ack (at once without confirms)
-        and fails on a nack or when the connection or channel closes. Raises ValueError
-        for properties that cannot be encoded."""
-        header = CONTENT_HEAD.pack(60, 0, len(body)) + encode_properties(properties)
+    async def publish(self, exchange: str, routing_key: str, body: bytes, properties: bytes) -> asyncio.Future[None]:
+        """Publish one message with its encoded `properties`, waiting while the broker blocks
+        publishers or too many are unconfirmed. The future completes on the broker's ack (at
+        once without confirms) and fails on a nack or when the connection or channel
+        closes. Raises ValueError for a name longer than a short string holds."""
+        route = (exchange, routing_key)
+        if route != self._last_route:  # a shovel mostly publishes to one place: encode it once
+            method = b"".join((BASIC_PUBLISH_HEAD, _shortstr(exchange), _shortstr(routing_key), b"\x00"))
+            self._last_route, self._publish_method = route, method
+        method = self._publish_method
         if not self._unblocked.is_set():
             await self.watch(self._unblocked.wait())
-        confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._confirming:
-            if self._confirm_room.locked():
-                await self.watch(self._confirm_room.acquire())
-            else:
-                await self._confirm_room.acquire()  # free: returns at once
-            confirmed.add_done_callback(lambda _: self._confirm_room.release())
+        while self._confirming and len(self._confirms) >= MAX_UNCONFIRMED:
+            self._confirm_room.clear()
+            await self.watch(self._confirm_room.wait())
         self._raise_if_failed()
+        confirmed: asyncio.Future[None] = self._loop.create_future()
         step = self.frame_max - FRAME_OVERHEAD
         frames = [
-            pamqp_frame.marshal(unchecked(commands.Basic.Publish, exchange=exchange, routing_key=routing_key), CHANNEL),
-            _frame(FRAME_HEADER, CHANNEL, header),
-            *(_frame(FRAME_BODY, CHANNEL, body[start : start + step]) for start in range(0, len(body), step)),
+            FRAME_HEAD.pack(FRAME_METHOD, CHANNEL, len(method)),
+            method,
+            FRAME_END_BYTE,
+            FRAME_HEAD.pack(FRAME_HEADER, CHANNEL, CONTENT_HEAD.size + len(properties)),
+            CONTENT_HEAD.pack(60, 0, len(body)),
+            properties,
+            FRAME_END_BYTE,
         ]
+        if len(body) <= step:
+            if body:
+                frames += (FRAME_HEAD.pack(FRAME_BODY, CHANNEL, len(body)), body, FRAME_END_BYTE)
+        else:
+            frames += (_frame(FRAME_BODY, CHANNEL, body[start : start + step]) for start in range(0, len(body), step))
         self._write(b"".join(frames))
         if len(self._outgoing) >= FRAME_MAX:  # a burst of publishes: hand it to the transport, which pushes back
             self._flush()
@@ -393,6 +440,7 @@ class AmqpConnection:
         if self._reply is not None and not self._reply.done():
             self._reply.set_exception(failure)
         confirms, self._confirms = self._confirms, {}
+        self._confirm_room.set()
         for confirmed in confirms.values():
             if not confirmed.done():
                 confirmed.set_exception(failure)
@@ -437,7 +485,7 @@ class AmqpConnection:
         """Send a synchronous method and wait for its reply."""
         async with self._rpc_lock:
             self._raise_if_failed()
-            self._reply = asyncio.get_running_loop().create_future()
+            self._reply = self._loop.create_future()
             self._send(channel, method)
             answer = await self.watch(self._reply)
             if not isinstance(answer, reply):
@@ -453,36 +501,82 @@ class AmqpConnection:
         """Queue `data` for the socket: what one turn of the event loop writes goes out in one
         send (acks and publishes come in bursts; a syscall each would cost more than they do)."""
         if self._failure is None:
-            if not self._outgoing:
-                asyncio.get_running_loop().call_soon(self._flush)
+            self._schedule_flush()
+            self._put_acks()  # acks settled earlier go first: none may come after a close
             self._outgoing += data
-            self._last_sent = time.monotonic()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _put_acks(self) -> None:
+        if self._channel_failure is None and self._failure is None:
+            for tag, multiple in self._settlements.take_acks():
+                self._outgoing += SETTLE_FRAME.pack(
+                    FRAME_METHOD, CHANNEL, SETTLE_SIZE, BASIC_ACK, tag, multiple, FRAME_END
+                )
 
     def _flush(self) -> None:
-        if self._outgoing and not self._writer.transport.is_closing():
-            self._writer.write(bytes(self._outgoing))
+        self._flush_scheduled = False
+        self._put_acks()
+        if self._outgoing:
+            self._last_sent = time.monotonic()
+            if not self._writer.transport.is_closing():
+                self._writer.write(bytes(self._outgoing))
         self._outgoing.clear()
 
     async def _read_frame(self) -> tuple[int, int, bytes]:
-        try:
-            head = await self._reader.readexactly(FRAME_HEAD.size)
-            frame_type, channel, size = FRAME_HEAD.unpack(head)
-            if size > self.frame_max - FRAME_OVERHEAD:
-                raise EndpointFailure(f"the broker sent a frame of {size} bytes, over frame_max {self.frame_max}")
-            payload = await self._reader.readexactly(size + 1)
-        except (asyncio.IncompleteReadError, OSError) as error:
-            raise EndpointFailure(f"connection lost: {str(error) or 'closed by the broker'}") from None
-        if payload[-1] != FRAME_END:
+        while (frame := self._next_frame()) is None:
+            await self._receive()
+        return frame
+
+    def _next_frame(self) -> tuple[int, int, bytes] | None:
+        """The next whole frame among the bytes received, or None until more come."""
+        data, start = self._received, self._parsed
+        if len(data) - start < FRAME_HEAD.size:
+            return None
+        frame_type, channel, size = FRAME_HEAD.unpack_from(data, start)
+        if size > self.frame_max - FRAME_OVERHEAD:
+            raise EndpointFailure(f"the broker sent a frame of {size} bytes, over frame_max {self.frame_max}")
+        end = start + FRAME_HEAD.size + size
+        if len(data) <= end:
+            return None
+        if data[end] != FRAME_END:
             raise EndpointFailure("the broker sent a frame without its end octet")
+        self._parsed = end + 1
+        return frame_type, channel, data[start + FRAME_HEAD.size : end]
+
+    async def _receive(self) -> None:
+        """Read what the socket has, up to READ_SIZE, after the part of a frame still unparsed."""
+        try:
+            chunk = await self._reader.read(READ_SIZE)
+        except OSError as error:
+            raise EndpointFailure(f"connection lost: {error}") from None
+        if not chunk:
+            raise EndpointFailure("connection lost: closed by the broker")
+        self._received = self._received[self._parsed :] + chunk
+        self._parsed = 0
         self._last_received = time.monotonic()
-        return frame_type, channel, payload[:-1]
 
     async def _read_loop(self) -> None:
         try:
             while True:
-                frame_type, channel, payload = await self._read_frame()
+                frame = self._next_frame()
+                if frame is None:
+                    await self._receive()
+                    continue
+                frame_type, channel, payload = frame
                 if frame_type == FRAME_METHOD:
-                    self._on_method(channel, _decode_method(payload))
+                    method_id = METHOD_ID.unpack_from(payload)[0]
+                    if method_id == BASIC_DELIVER:
+                        self._incoming = _Incoming(_decode_deliver(payload))
+                    elif method_id in (BASIC_ACK, BASIC_NACK):
+                        tag = DELIVERY_TAG.unpack_from(payload, METHOD_ID.size)[0]
+                        bits = payload[METHOD_ID.size + DELIVERY_TAG.size]
+                        self._on_confirm(method_id == BASIC_ACK, tag, multiple=bool(bits & 1))
+                    else:
+                        self._on_method(channel, _decode_method(payload))
                 elif frame_type in (FRAME_HEADER, FRAME_BODY):
                     self._on_content(frame_type, payload)
                 elif frame_type != FRAME_HEARTBEAT:
@@ -501,10 +595,8 @@ class AmqpConnection:
         if isinstance(method, commands.Channel.Close):
             self._send(CHANNEL, commands.Channel.CloseOk())
             self._fail_channel(_closed(method))
-        elif isinstance(method, commands.Basic.Deliver | commands.Basic.Return):
-            self._incoming = _Incoming(method if isinstance(method, commands.Basic.Deliver) else None)
-        elif isinstance(method, commands.Basic.Ack | commands.Basic.Nack):
-            self._on_confirm(method)
+        elif isinstance(method, commands.Basic.Return):
+            self._incoming = _Incoming(None)
         elif isinstance(method, commands.Basic.Cancel):
             self.deliveries.fail(
                 EndpointFailure("the broker cancelled the consumer (the queue was deleted?)"), keep=True
@@ -518,17 +610,18 @@ class AmqpConnection:
         else:
             raise EndpointFailure(f"the broker sent an unexpected {_name(method)} on channel {channel}")
 
-    def _on_confirm(self, method: commands.Basic.Ack | commands.Basic.Nack) -> None:
-        last = method.delivery_tag or 0
-        if method.multiple:  # tags were added in increasing order: stop at the first one past `last`
+    def _on_confirm(self, acked: bool, last: int, *, multiple: bool) -> None:
+        if multiple:  # tags were added in increasing order: stop at the first one past `last`
             tags = list(itertools.takewhile(lambda tag: tag <= last, self._confirms))
         else:
             tags = [last] if last in self._confirms else []
+        if tags:
+            self._confirm_room.set()
         for tag in tags:
             confirmed = self._confirms.pop(tag)
             if confirmed.done():
                 continue
-            if isinstance(method, commands.Basic.Ack):
+            if acked:
                 confirmed.set_result(None)
             else:
                 confirmed.set_exception(EndpointFailure("the broker refused the message (basic.nack)"))
@@ -538,32 +631,37 @@ class AmqpConnection:
         if incoming is None:
             raise EndpointFailure("the broker sent content without a delivery")
         if frame_type == FRAME_HEADER:
-            if incoming.body is not None:
+            if incoming.chunks is not None:
                 raise EndpointFailure("the broker sent a second content header")
             _, _, incoming.size = CONTENT_HEAD.unpack_from(payload)
             if incoming.size > MAX_BODY_SIZE:
                 raise EndpointFailure(f"the broker sent a body of {incoming.size} bytes, over {MAX_BODY_SIZE}")
-            incoming.properties = decode_properties(payload[CONTENT_HEAD.size :])
-            incoming.body = bytearray()
-        elif incoming.body is None or len(incoming.body) + len(payload) > incoming.size:
+            incoming.raw_properties = payload[CONTENT_HEAD.size :]
+            incoming.properties = decode_properties(incoming.raw_properties)
+            incoming.chunks = []
+        elif incoming.chunks is None or incoming.received + len(payload) > incoming.size:
             raise EndpointFailure("the broker sent a body frame beyond the content header's size")
         else:
-            incoming.body += payload
-        if len(incoming.body) == incoming.size:
+            incoming.chunks.append(payload)
+            incoming.received += len(payload)
+        if incoming.received == incoming.size:
             self._incoming = None
             if incoming.deliver is not None:
-                self._deliver(incoming.deliver, incoming.properties or {}, bytes(incoming.body))
+                self._deliver(incoming)
 
-    def _deliver(self, deliver: commands.Basic.Deliver, properties: dict[str, Any], body: bytes) -> None:
+    def _deliver(self, incoming: _Incoming) -> None:
         if self.deliveries.full() and not self._wait_for_room:
             raise EndpointFailure("the broker sent more unacknowledged deliveries than the prefetch count")
+        deliver = incoming.deliver
+        assert deliver is not None  # a basic.return's content is dropped before this
         delivery = Delivery(
-            deliver.delivery_tag or 0,
-            deliver.exchange or "",
-            deliver.routing_key or "",
-            bool(deliver.redelivered),
-            properties,
-            body,
+            deliver.delivery_tag,
+            deliver.exchange,
+            deliver.routing_key,
+            deliver.redelivered,
+            incoming.properties or {},
+            b"".join(incoming.chunks or ()),
+            incoming.raw_properties,
         )
         self.deliveries.push(delivery)
 
@@ -583,6 +681,71 @@ class AmqpConnection:
 
 def _frame(frame_type: int, channel: int, payload: bytes) -> bytes:
     return FRAME_HEAD.pack(frame_type, channel, len(payload)) + payload + bytes((FRAME_END,))
+
+
+class SettledTags:
+    """The channel's delivery tags as the consumer settles them, to send acks that are settled
+    in one turn of the event loop as one `multiple` ack where that acks nothing else: up to a
+    tag, every tag must be settled already or in this batch. The rest go one by one."""
+
+    def __init__(self) -> None:
+        self._floor = 0  # every tag up to this one is settled
+        self._above: set[int] = set()  # settled tags past the floor
+        self._acks: list[int] = []  # to send at the end of this turn
+
+    def ack_later(self, tag: int) -> None:
+        self._acks.append(tag)
+
+    def settled(self, tag: int) -> None:
+        """`tag` was settled by other means (a nack), sent already."""
+        self._above.add(tag)
+        self._raise_floor()
+
+    def take_acks(self) -> list[tuple[int, bool]]:
+        """The acks to send now: (tag, multiple) each."""
+        if not self._acks:
+            return []
+        acks, self._acks = sorted(self._acks), []
+        self._raise_floor()
+        covered = 0  # how many of `acks` one multiple ack sends
+        while covered < len(acks) and acks[covered] == self._floor + 1:
+            self._floor = acks[covered]
+            covered += 1
+            self._raise_floor()
+        rest = acks[covered:]
+        self._above.update(rest)
+        self._raise_floor()
+        first = [(acks[covered - 1], covered > 1)] if covered else []
+        return first + [(tag, False) for tag in rest]
+
+    def _raise_floor(self) -> None:
+        while self._floor + 1 in self._above:
+            self._floor += 1
+            self._above.discard(self._floor)
+
+
+def _shortstr(text: str) -> bytes:
+    data = text.encode()
+    if len(data) > 255:
+        raise ValueError(f"{text[:40]!r}... is longer than the 255 bytes of a short string")
+    return bytes((len(data),)) + data
+
+
+def _read_shortstr(payload: bytes, offset: int) -> tuple[str, int]:
+    end = offset + 1 + payload[offset]
+    if end > len(payload):
+        raise ValueError("a short string runs past the end of its frame")
+    return payload[offset + 1 : end].decode(), end
+
+
+def _decode_deliver(payload: bytes) -> _Deliver:
+    offset = METHOD_ID.size + 1 + payload[METHOD_ID.size]  # past the consumer tag
+    delivery_tag = DELIVERY_TAG.unpack_from(payload, offset)[0]
+    offset += DELIVERY_TAG.size
+    redelivered = bool(payload[offset] & 1)
+    exchange, offset = _read_shortstr(payload, offset + 1)
+    routing_key, _ = _read_shortstr(payload, offset)
+    return _Deliver(delivery_tag, redelivered, exchange, routing_key)
 
 
 def _decode_method(payload: bytes) -> Method:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from lavin.api import (
     AckMode,
+    EncodedProperties,
     EndpointFailure,
     EndpointSettings,
     InvalidEndpoint,
@@ -326,6 +327,7 @@ def _message(delivery: Delivery) -> ShovelMessage:
         exchange=delivery.exchange,
         properties=delivery.properties,
         redelivered=delivery.redelivered,
+        encoded=EncodedProperties(delivery.properties, delivery.raw_properties),
     )
 
 
@@ -373,7 +375,14 @@ class AmqpDestination(ShovelDestination):
         except (ValueError, TypeError) as error:  # properties from a source that did not decode them from AMQP
             raise EndpointFailure(f"the message's properties cannot be encoded: {error}") from None
 
-    def _properties(self, message: ShovelMessage) -> dict[str, Any]:
+    def _properties(self, message: ShovelMessage) -> bytes:
+        """The message's properties encoded, as they came when this destination adds nothing."""
+        keys = self.keys
+        adds_nothing = not keys.publish_properties and self._forward_table is None and not keys.add_timestamp_header
+        raw = message.raw_properties() if adds_nothing else None
+        return raw if raw is not None else encode_properties(self._changed_properties(message))
+
+    def _changed_properties(self, message: ShovelMessage) -> dict[str, Any]:
         keys = self.keys
         properties = {**message.properties, **keys.publish_properties}
         if self._forward_table is None and not keys.add_timestamp_header:
