@@ -320,12 +320,18 @@ class VHost(ExchangeHost):
             destination = binding.destination
             if isinstance(destination, (Queue, Exchange)):
                 self._discard_source(destination, exchange)
-        for source in self._sources.pop(exchange, ()):
-            source.table.remove_destination(exchange)
-            self._auto_delete_if_unbound(source)
+        self._unbind_from_sources(exchange)
         if exchange.durable and self.definitions is not None:
             self.definitions.exchange_deleted(exchange.name)
         self._changed("exchange", exchange.name, "deleted")
+
+    def _unbind_from_sources(self, destination: Destination) -> None:
+        """A queue or exchange goes: every binding to it goes, a federated source's upstream
+        follows, and an auto-delete source left unbound goes too."""
+        for source in self._sources.pop(destination, ()):
+            source.table.remove_destination(destination)
+            self.links.federation.exchange_bindings_changed(source)
+            self._auto_delete_if_unbound(source)
 
     def _auto_delete_if_unbound(self, exchange: Exchange) -> None:
         if exchange.auto_delete and exchange.name in self.exchanges and not exchange.has_bindings():
@@ -460,10 +466,7 @@ class VHost(ExchangeHost):
         for consumer in list(queue.consumers):
             consumer.cancelled_by_broker()
         queue.consumers.clear()
-        for exchange in self._sources.pop(queue, ()):
-            exchange.table.remove_destination(queue)
-            self.links.federation.exchange_bindings_changed(exchange)
-            self._auto_delete_if_unbound(exchange)
+        self._unbind_from_sources(queue)
         if queue.persistent and self.definitions is not None:
             # Whole or gone after a crash, never in part: see lavin.storage.queue_directories.
             aside = queue_directories.begin_delete(queue_directories.queue_directory(self.data_dir, queue.name))

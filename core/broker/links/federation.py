@@ -228,7 +228,7 @@ class FederationLink:
             "id": self.id,
             "status": link.state,
             "uri": without_credentials(link.source.settings.uri if link.source else self.uri),
-            "timestamp": link.status(node)["timestamp"],
+            "timestamp": link.timestamp,
             "forwarded": link.counters.forwarded,
         }
         if link.reason:

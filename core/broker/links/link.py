@@ -239,11 +239,16 @@ class ShovelLink:
         pumping.result()  # raises the source's or destination's failure
         return True
 
+    @property
+    def timestamp(self) -> str:
+        """When the state last changed, as RabbitMQ's status rows print it."""
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.changed_at))
+
     def status(self, node: str) -> dict[str, Any]:
         """The link as RabbitMQ's /api/shovels shows a dynamic shovel."""
         row: dict[str, Any] = {
             "node": node,
-            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.changed_at)),
+            "timestamp": self.timestamp,
             "name": self.name,
             "vhost": self.vhost,
             "type": "dynamic",
