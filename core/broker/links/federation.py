@@ -31,9 +31,9 @@ from lavin.api.printable import printable
 from lavin.api.shovel import EndpointFailure, LocalBroker, ShovelMessage, ShovelSource
 from lavin.broker.links.definition import ShovelDefinition
 from lavin.broker.links.endpoints import EndpointClasses
-from lavin.broker.links.link import RUNNING, ShovelLink, without_credentials
+from lavin.broker.links.link import RUNNING, BackgroundStops, ShovelLink, without_credentials
 from lavin.broker.links.upstreams import Upstream, parse_upstream, upstreams_for
-from lavin.broker.policy.policy_rules import PolicyError
+from lavin.broker.policy.policy_rules import PolicyError, reasons_line
 from lavin.broker.queues.queue import Queue
 from lavin.broker.routing.exchange import Exchange
 
@@ -68,7 +68,6 @@ class FederationLink:
         self.upstream_name = (upstream.exchange if federated.kind == EXCHANGE else upstream.queue) or federated.name
         self.bindings: set[BindingKey] = set()  # what the upstream queue should be bound with
         self._bound: set[BindingKey] = set()  # what it is bound with in this session
-        self._source: ShovelSource | None = None
         self._syncing: asyncio.Task[None] | None = None
         self._watching: asyncio.Task[None] | None = None
         self._paused = False  # queue federation: the source is held for want of consumers
@@ -163,7 +162,6 @@ class FederationLink:
     # ---- exchange federation: the upstream queue's bindings ---------------------------------
 
     async def _opened(self, source: ShovelSource) -> None:
-        self._source = source
         self._bound = set()
         if self.federated.kind == EXCHANGE:
             await self._bind_all(source)
@@ -175,16 +173,20 @@ class FederationLink:
 
     def bindings_changed(self, bindings: set[BindingKey]) -> None:
         self.bindings = bindings
-        source = self._source
+        source = self.link.source
         if self.link.state == RUNNING and source is not None and (self._syncing is None or self._syncing.done()):
             self._syncing = asyncio.get_running_loop().create_task(self._sync(source))
 
     async def _sync(self, source: ShovelSource) -> None:
         try:
             await self._bind_all(source)
-        except EndpointFailure as exc:  # the session is broken: start it again
-            log.warning("federation link %s: %s", printable(self.link.name), printable(str(exc)))
-            self.link.restart()
+        except EndpointFailure as exc:
+            self._session_broken(exc)
+
+    def _session_broken(self, failure: EndpointFailure) -> None:
+        """Binding or pausing failed: the session is broken, start it again."""
+        log.warning("federation link %s: %s", printable(self.link.name), printable(str(failure)))
+        self.link.restart()
 
     async def _bind_all(self, source: ShovelSource) -> None:
         while self._bound != self.bindings:
@@ -200,7 +202,7 @@ class FederationLink:
     async def _follow_consumers(self) -> None:
         while True:
             await asyncio.sleep(CONSUMER_CHECK_INTERVAL)
-            source = self._source
+            source = self.link.source
             if source is None or self.link.state != RUNNING:
                 continue
             wanted = self._vhost.wants_messages(self.federated.name)
@@ -210,8 +212,7 @@ class FederationLink:
                 elif not wanted and not self._paused:
                     await _maybe(source.pause())
             except EndpointFailure as exc:
-                log.warning("federation link %s: %s", printable(self.link.name), printable(str(exc)))
-                self.link.restart()
+                self._session_broken(exc)
                 continue
             self._paused = not wanted
 
@@ -265,7 +266,7 @@ class VHostFederation:
         self._queues = queues
         self.definitions: dict[tuple[str, str], Mapping[str, Any]] = {}  # federated object -> its policy keys
         self.links: dict[Federated, FederationLink] = {}
-        self._stopping: set[asyncio.Task[None]] = set()
+        self._stopping = BackgroundStops()
         self.running = False
 
     def wants_messages(self, queue_name: str) -> bool:
@@ -315,11 +316,15 @@ class VHostFederation:
                         upstream_name, value, self.endpoints.sources
                     )
                 except PolicyError as exc:
-                    log.error("federation upstream '%s' cannot run: %s", printable(upstream_name), printable(str(exc)))
+                    log.error(
+                        "federation upstream '%s' cannot run: %s",
+                        printable(upstream_name),
+                        printable(reasons_line(exc)),
+                    )
         for federated in [f for f in self.links if f.kind == kind and f.name == name]:
             link = self.links[federated]
             if wanted.get(federated) != link.upstream:
-                self._stop(self.links.pop(federated))
+                self._stopping.start(self.links.pop(federated).stop())
         if wanted and "amqp" not in self.endpoints.destinations:
             log.error("federation of %s '%s' needs the amqp shovel destination", kind, printable(name))
             return
@@ -336,11 +341,6 @@ class VHostFederation:
         if self.running:
             link.start()
 
-    def _stop(self, link: FederationLink) -> None:
-        stopping = asyncio.get_running_loop().create_task(link.stop())
-        self._stopping.add(stopping)
-        stopping.add_done_callback(self._stopping.discard)
-
     # ---- the broker's lifecycle --------------------------------------------------------------
 
     def start(self) -> None:
@@ -351,7 +351,7 @@ class VHostFederation:
     async def stop(self) -> None:
         self.running = False
         links = list(self.links.values())
-        await asyncio.gather(*(link.stop() for link in links), *self._stopping)
+        await asyncio.gather(*(link.stop() for link in links), self._stopping.wait())
 
     def status(self, node: str) -> list[dict[str, Any]]:
         return [link.status(node) for link in self.links.values()]

@@ -15,7 +15,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -43,6 +43,22 @@ ERROR: Final = "error"
 PAUSED: Final = "paused"
 CLOSE_TIMEOUT: Final = 5.0  # seconds an endpoint gets to close before it is left
 E = TypeVar("E", bound=ShovelEndpoint)
+
+
+class BackgroundStops:
+    """Links stopped while the vhost goes on (a parameter changed or cleared): their closes
+    run on their own, and the vhost's own stop waits for them."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, stop: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(stop)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait(self) -> None:
+        await asyncio.gather(*self._tasks)
 
 
 @dataclass

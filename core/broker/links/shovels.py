@@ -15,9 +15,9 @@ from lavin.api.printable import printable
 from lavin.api.shovel import LocalBroker
 from lavin.broker.links.definition import parse_shovel
 from lavin.broker.links.endpoints import SHOVEL_COMPONENT, EndpointClasses
-from lavin.broker.links.link import TERMINATED, ShovelLink
+from lavin.broker.links.link import TERMINATED, BackgroundStops, ShovelLink
 from lavin.broker.policy.policies import VHostPolicies
-from lavin.broker.policy.policy_rules import PolicyError
+from lavin.broker.policy.policy_rules import PolicyError, reasons_line
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class VHostShovels:
         self.links: dict[str, ShovelLink] = {}
         # Stored shovels that cannot run (their endpoint is no longer installed): the reason.
         self.broken: dict[str, str] = {}
-        self._stopping: set[asyncio.Task[None]] = set()
+        self._stopping = BackgroundStops()
         self.running = False
 
     def parameter_changed(self, component: str, name: str, value: Any | None) -> None:
@@ -41,9 +41,7 @@ class VHostShovels:
         self.broken.pop(name, None)
         old = self.links.pop(name, None)
         if old is not None:
-            stopping = asyncio.get_running_loop().create_task(old.stop())
-            self._stopping.add(stopping)
-            stopping.add_done_callback(self._stopping.discard)
+            self._stopping.start(old.stop())
         if value is not None:
             self._add(name, value)
 
@@ -60,13 +58,13 @@ class VHostShovels:
         self.running = False
         links = list(self.links.values())
         self.links.clear()
-        await asyncio.gather(*(link.stop() for link in links), *self._stopping)
+        await asyncio.gather(*(link.stop() for link in links), self._stopping.wait())
 
     def _add(self, name: str, value: Any) -> None:
         try:
             definition = parse_shovel(name, value, self.endpoints.sources, self.endpoints.destinations)
         except PolicyError as exc:
-            reason = str(exc).removeprefix("Validation failed\n\n").strip().replace("\n", "; ")
+            reason = reasons_line(exc)
             log.error("shovel '%s' in vhost '%s' cannot start: %s", printable(name), printable(self.vhost), reason)
             self.broken[name] = reason
             return

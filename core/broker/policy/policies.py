@@ -24,6 +24,7 @@ from lavin.broker.policy.policy_rules import (
     effective_definition,
     highest,
     parse_policy,
+    reasons_line,
     validation_failed,
 )
 from lavin.storage.metadata.policy_files import POLICIES_FILE, PolicyFileError, read_json_file, write_json_file
@@ -129,8 +130,7 @@ class VHostPolicies:
                 self.parameters[(entry["component"], str(entry.get("name")))] = entry["value"]
             self.paused = self._parse_paused(document.get("paused", []))
         except PolicyError as exc:
-            reason = str(exc).removeprefix("Validation failed\n\n").strip().replace("\n", "; ")
-            raise PolicyFileError(f"{path}: {reason}") from None
+            raise PolicyFileError(f"{path}: {reasons_line(exc)}") from None
 
     def _parse_policies(self, entries: Any, *, operator: bool) -> dict[str, Policy]:
         if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):

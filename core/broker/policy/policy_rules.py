@@ -42,6 +42,11 @@ def validation_failed(errors: Iterable[str]) -> PolicyError:
     return PolicyError("Validation failed\n\n" + "".join(f"{error}\n" for error in errors))
 
 
+def reasons_line(error: PolicyError) -> str:
+    """A `validation_failed` error's reasons on one line, for a log or a file error."""
+    return str(error).removeprefix("Validation failed\n\n").strip().replace("\n", "; ")
+
+
 def erlang_term(value: Any) -> str:
     """A JSON value as RabbitMQ prints it in its reasons (Erlang's ~p)."""
     if isinstance(value, bool):
