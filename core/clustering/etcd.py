@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ class EndpointStatus:
 
 
 def normalize_endpoint(endpoint: str) -> str:
-    """"host:port" or "http://host:port" (or https) as a base URL without a trailing slash."""
+    """ "host:port" or "http://host:port" (or https) as a base URL without a trailing slash."""
     url = endpoint.strip().rstrip("/")
     if "://" not in url:
         url = f"http://{url}"
@@ -172,10 +173,8 @@ class EtcdClient:
         return _int(result, "TTL")
 
     async def revoke_lease(self, lease_id: int) -> None:
-        try:
+        with contextlib.suppress(_LeaseNotFound):  # already expired or revoked: what revoking wanted
             await self._call("/v3/lease/revoke", {"ID": str(lease_id)})
-        except _LeaseNotFound:
-            pass  # already expired or revoked: what revoking wanted
 
     async def endpoint_statuses(self) -> list[EndpointStatus]:
         return list(await asyncio.gather(*(self._status(endpoint) for endpoint in self._endpoints)))
@@ -241,10 +240,12 @@ class EtcdClient:
             if status != 200:
                 raise _EndpointDown(f"{url}: HTTP {status}")
             raise EtcdError(f"{url}: the answer is not a JSON object")
-        error = _error_of(answer)
-        if error is None and status == 200:
-            return answer
-        code, message = error if error is not None else (0, f"HTTP {status}")
+        failure = _error_of(answer)
+        if failure is None:
+            if status == 200:
+                return answer
+            failure = (0, f"HTTP {status}")
+        code, message = failure
         if code in (_GRPC_UNAVAILABLE, _GRPC_DEADLINE_EXCEEDED):
             raise _EndpointDown(f"{url}: {message:.200}")
         if code == _GRPC_NOT_FOUND and path == "/v3/lease/revoke":

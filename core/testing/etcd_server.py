@@ -120,7 +120,8 @@ class EtcdServer:
                 return True
             time.sleep(0.05)
         self.kill()
-        raise RuntimeError(f"etcd did not become healthy within {START_TIMEOUT} s: {self._log_since(log_start)[-2000:]}")
+        log_text = self._log_since(log_start)
+        raise RuntimeError(f"etcd did not become healthy within {START_TIMEOUT} s: {log_text[-2000:]}")
 
     def _healthy(self) -> bool:
         try:

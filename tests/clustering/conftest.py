@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from lavin.testing.etcd_server import MISSING_REASON, EtcdServer
 
 
