@@ -254,16 +254,11 @@ class EtcdClient:
 
     def _open_session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            # No kept-alive connections: one kept across an etcd restart would fail the next
-            # request, and election traffic is a few requests a second.
-            connector = aiohttp.TCPConnector(force_close=True, limit=16)
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=False)
+            self._session = aiohttp.ClientSession()
         return self._session
 
 
 async def _read_capped(response: aiohttp.ClientResponse, url: str) -> bytes:
-    if (response.content_length or 0) > MAX_ANSWER_BYTES:
-        raise EtcdError(f"{url}: an answer of {response.content_length} bytes (over {MAX_ANSWER_BYTES})")
     body = bytearray()
     while chunk := await response.content.read(64 * 1024):
         body += chunk

@@ -182,8 +182,10 @@ def test_a_cut_proxy_gives_etcd_error_until_restored(etcd: EtcdServer) -> None:
         async def body(client: EtcdClient) -> None:
             await client.put("lavin/leader", "node-1")
             proxy.cut()
-            with pytest.raises(EtcdError):
-                await client.get("lavin/leader")
+            await asyncio.sleep(0.1)  # the client sees its pooled connection end
+            for _ in range(3):  # new connections are refused too
+                with pytest.raises(EtcdError):
+                    await client.get("lavin/leader")
             proxy.restore()
             leader = await client.get("lavin/leader")
             assert leader is not None
@@ -197,6 +199,9 @@ class _BadAnswers(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path == "/v3/kv/txn":  # hang up without an answer
+            self.close_connection = True
+            return
         answers = {
             "/v3/kv/range": b'{"kvs": [{"key": "%%%", "value": ""}]}',
             "/v3/kv/put": b"not json",
@@ -229,7 +234,8 @@ def bad_server() -> Iterator[str]:
         (lambda client: client.get("k"), "not base64"),
         (lambda client: client.put("k", "v"), "not a JSON object"),
         (lambda client: client.grant_lease(5), "not a JSON object"),
-        (lambda client: client.keep_alive(1), "bytes"),
+        (lambda client: client.keep_alive(1), "an answer over 1048576 bytes"),
+        (lambda client: client.delete_if_equal("k", "v"), "ServerDisconnectedError"),
     ],
 )
 def test_answers_etcd_never_sends_give_etcd_error(
