@@ -100,7 +100,13 @@ def serve(ctx: click.Context, /, config_file: Path | None, ready_file: Path | No
     from lavin.server import serve as run_server
 
     try:
-        run_server(resolve_config(explicit, config_file), ready_file)
+        config = resolve_config(explicit, config_file)
+        if config.clustering:
+            from lavin.clustering.node import run_cluster_node
+
+            run_server(config, ready_file, run_cluster_node)
+        else:
+            run_server(config, ready_file)
     except StartupError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -12,16 +12,21 @@ import resource
 import signal
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lavin.broker.broker import Broker
 from lavin.broker.runtime.allocator import tune_allocator
+from lavin.broker.runtime.cluster_status import ClusterStatusSource
+from lavin.broker.runtime.group_commit import ReplicationBarrier
 from lavin.config import Config, StartupError
 from lavin.listeners.amqp import AmqpListeners
 from lavin.listeners.direct import DirectConnections
 from lavin.listeners.management_plane import ManagementPlane
+from lavin.listeners.prebound import PreboundSockets
 from lavin.management.definitions.importer import load_definitions_file
 from lavin.management.recent_log import RECENT_LOG
 from lavin.plugin_registry import Registry, load_registry
@@ -38,8 +43,13 @@ GC_YOUNG_THRESHOLD = 50_000  # allocations between young collections (Python's d
 LOW_OPEN_FILE_LIMIT = 1024  # below it, a few hundred clients or a long queue run out of descriptors
 
 
-def serve(config: Config, ready_file: Path | None = None) -> None:
-    """Run the broker until SIGTERM or SIGINT, then shut down gracefully.
+# What runs in the process's event loop: a broker on its own, or a cluster node.
+ProcessMain = Callable[[Config, Registry, Path | None], Coroutine[Any, Any, None]]
+
+
+def serve(config: Config, ready_file: Path | None = None, main: ProcessMain | None = None) -> None:
+    """Run the broker (or `main`, a cluster node) until SIGTERM or SIGINT, then shut down
+    gracefully.
 
     Once it listens, `ready_file` (if given) gets the ports it bound and systemd is told.
     """
@@ -51,7 +61,7 @@ def serve(config: Config, ready_file: Path | None = None) -> None:
     with data_dir_lock(config.data_dir):
         registry = load_plugins(config)
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(run_broker(config, registry, ready_file))
+            runner.run((main or run_broker)(config, registry, ready_file))
     log.info("Stopped")
 
 
@@ -220,19 +230,44 @@ class RunningBroker:
             log.warning("Listener did not close within %s s", LISTENER_CLOSE_TIMEOUT)
 
 
+@dataclass(frozen=True)
+class ClusterAttachments:
+    """What a cluster node hands the broker it starts once elected leader."""
+
+    name: str  # the node's name in the cluster
+    prebound: PreboundSockets  # its AMQP and HTTP sockets, kept while its role changes
+    replication: ReplicationBarrier  # confirms wait for the in-sync followers
+    status: ClusterStatusSource
+
+
 async def start_broker(
-    config: Config, registry: Registry, stop_broker: Callable[[], None] | None = None
+    config: Config,
+    registry: Registry,
+    stop_broker: Callable[[], None] | None = None,
+    cluster: ClusterAttachments | None = None,
 ) -> RunningBroker:
     """Recover the data, import `load_definitions`, open the management plane and the
-    AMQP listener, and run the start-up hooks. `stop_broker` is what `lavin ctl stop` calls."""
+    AMQP listener, and run the start-up hooks. `stop_broker` is what `lavin ctl stop` calls;
+    `cluster` is given by a cluster node that was elected leader."""
     loop = asyncio.get_running_loop()
     log.info("Lavin starting, data dir %s, event loop %s", config.data_dir, type(loop).__module__)
     certificates = load_certificates(config)
     broker = Broker(config, registry)
+    prebound = None
+    if cluster is not None:  # before anything is published
+        broker.alarms.node = cluster.name
+        broker.group_commit.replication = cluster.replication
+        broker.cluster = cluster.status
+        prebound = cluster.prebound
     await broker.start()
-    listeners = AmqpListeners(broker, config, certificates)
+    listeners = AmqpListeners(broker, config, certificates, prebound)
     management = ManagementPlane(
-        broker, config, certificates=certificates, amqp_connection=listeners.connection, stop_broker=stop_broker
+        broker,
+        config,
+        certificates=certificates,
+        amqp_connection=listeners.connection,
+        stop_broker=stop_broker,
+        prebound=prebound,
     )
     try:
         if config.load_definitions is not None:

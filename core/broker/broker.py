@@ -19,6 +19,7 @@ from lavin.broker.links.endpoints import EndpointClasses
 from lavin.broker.policy.global_parameters import GlobalParameters
 from lavin.broker.routing.direct_reply import ReplyRegistry
 from lavin.broker.runtime.alarms import ResourceAlarms
+from lavin.broker.runtime.cluster_status import ClusterStatusSource
 from lavin.broker.runtime.group_commit import GroupCommit
 from lavin.broker.runtime.stats import MessageStats, ObservedConnection
 from lavin.broker.vhost import VHost
@@ -60,6 +61,7 @@ class Broker(AuthContext):
         self.group_commit = GroupCommit(self.loop)
         self.replies = ReplyRegistry()
         self.alarms = ResourceAlarms(config)
+        self.cluster: ClusterStatusSource | None = None  # a cluster's leader: what it knows of the cluster
         self.stats = MessageStats(config.collect_statistics_interval / 1000, self.connections, self.vhosts)
         # (protocol, address, port) of each listener, for the management API: set by the server.
         self.listeners: list[tuple[str, str, int]] = []

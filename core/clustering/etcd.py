@@ -128,18 +128,32 @@ class EtcdClient:
             await session.close()
 
     async def get(self, key: str) -> KeyValue | None:
-        answer = await self._call("/v3/kv/range", {"key": _encode(key)})
+        found = await self._range({"key": _encode(key)})
+        return found[0] if found else None
+
+    async def get_prefix(self, prefix: str) -> list[KeyValue]:
+        """Every key that starts with `prefix`, in key order."""
+        encoded = prefix.encode()
+        # etcd's range end for a prefix: the prefix with its last byte counted up by one.
+        end = encoded[:-1] + bytes([encoded[-1] + 1])
+        return await self._range({"key": _encode(prefix), "range_end": base64.b64encode(end).decode()})
+
+    async def _range(self, request: dict[str, str]) -> list[KeyValue]:
+        answer = await self._call("/v3/kv/range", request)
         kvs = answer.get("kvs") or []
-        if not isinstance(kvs, list) or not kvs or not isinstance(kvs[0], dict):
-            return None
-        found = kvs[0]
-        return KeyValue(
-            key=_decode(found.get("key", "")),
-            value=_decode(found.get("value", "")),
-            create_revision=_int(found, "create_revision"),
-            mod_revision=_int(found, "mod_revision"),
-            lease=_int(found, "lease"),
-        )
+        if not isinstance(kvs, list):
+            return []
+        return [
+            KeyValue(
+                key=_decode(found.get("key", "")),
+                value=_decode(found.get("value", "")),
+                create_revision=_int(found, "create_revision"),
+                mod_revision=_int(found, "mod_revision"),
+                lease=_int(found, "lease"),
+            )
+            for found in kvs
+            if isinstance(found, dict)
+        ]
 
     async def put(self, key: str, value: str, *, lease: int = 0) -> None:
         await self._call("/v3/kv/put", self._put_request(key, value, lease))

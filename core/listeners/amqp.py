@@ -13,6 +13,7 @@ from pathlib import Path
 from lavin.amqp.connection import Connection
 from lavin.broker.broker import Broker
 from lavin.config import DISABLED_PORT, Config, StartupError
+from lavin.listeners.prebound import PreboundSockets
 from lavin.transport.proxy_protocol import ProxyHeaderReader, TrustedSources
 from lavin.transport.tls import TlsCertificates
 from lavin.transport.tls_stream import TlsServerProtocol
@@ -25,8 +26,17 @@ RABBITMQ_PROTOCOL_NAMES = {"amqps": "amqp/ssl"}  # as the API's listeners name t
 
 
 class AmqpListeners:
-    def __init__(self, broker: Broker, config: Config, certificates: TlsCertificates | None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        config: Config,
+        certificates: TlsCertificates | None,
+        prebound: PreboundSockets | None = None,
+    ) -> None:
+        """`prebound`: sockets a cluster node bound for its life, used instead of binding
+        (by scheme: `amqp`)."""
         self.broker = broker
+        self.prebound = prebound
         self.config = config
         self.certificates = certificates
         self.servers: list[asyncio.Server] = []
@@ -67,8 +77,12 @@ class AmqpListeners:
     async def _listen(self, scheme: str, port: int, factory: ProtocolFactory) -> asyncio.Server:
         loop = asyncio.get_running_loop()
         bind = self.config.bind
+        listening = None if self.prebound is None else self.prebound.take(scheme)
         try:
-            server = await loop.create_server(factory, bind, port, reuse_address=True)
+            if listening is not None:
+                server = await loop.create_server(factory, sock=listening)
+            else:
+                server = await loop.create_server(factory, bind, port, reuse_address=True)
         except OSError as exc:
             raise StartupError(f"cannot listen on {bind}:{port} ({scheme}): {exc}") from exc
         self.servers.append(server)

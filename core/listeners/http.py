@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,7 +107,11 @@ class HttpListener:
         *,
         tls: tuple[int, TlsCertificates] | None = None,
         unix_path: Path | None = None,
+        listening: socket.socket | None = None,
     ) -> None:
+        """`listening`: a socket bound already (a cluster node's, kept across its roles),
+        served instead of binding `port`."""
+        self.listening = listening
         self.bind = bind
         self.port = port
         self.what = what
@@ -138,9 +143,15 @@ class HttpListener:
         def on_tcp_port(port: int) -> Callable[[ProtocolFactory], Awaitable[asyncio.Server]]:
             return lambda factory: loop.create_server(factory, self.bind, port, backlog=BACKLOG, reuse_address=True)
 
+        listening = self.listening
         if self.port is not None:
             port = self.port
-            site = self._site(f"http://{self.bind}:{port}", on_tcp_port(port))
+            serve = (
+                on_tcp_port(port)
+                if listening is None
+                else lambda factory: loop.create_server(factory, sock=listening, backlog=BACKLOG)
+            )
+            site = self._site(f"http://{self.bind}:{port}", serve)
             await self._start_site(site, f"{self.bind}:{port}")
             self.port = site.port
             log.info("Listening on http://%s:%s (%s)", self.bind, self.port, self.what)

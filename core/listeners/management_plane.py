@@ -12,6 +12,7 @@ from lavin.config import DISABLED_PORT, Config
 from lavin.listeners.connection_gate import capped_to_descriptors
 from lavin.listeners.control_socket import ControlSocket
 from lavin.listeners.http import HttpLimits, HttpListener
+from lavin.listeners.prebound import PreboundSockets
 from lavin.management.app import build_app
 from lavin.management.prometheus.routes import build_metrics_app
 from lavin.management.prometheus.sources import ConnectionChurn
@@ -27,8 +28,10 @@ class ManagementPlane:
         certificates: TlsCertificates | None = None,
         amqp_connection: Callable[[], asyncio.Protocol] | None = None,
         stop_broker: Callable[[], None] | None = None,
+        prebound: PreboundSockets | None = None,
     ) -> None:
-        """`certificates`: the HTTPS listener's, which the API reloads; `amqp_connection`
+        """`prebound`: a cluster node's sockets (`http`), served instead of binding;
+        `certificates`: the HTTPS listener's, which the API reloads; `amqp_connection`
         makes the AMQP connection a WebSocket on /ws/amqp carries; `stop_broker` is what
         `lavin ctl stop` calls through the control socket."""
         self.broker = broker
@@ -56,6 +59,7 @@ class ManagementPlane:
                 limits,
                 tls=https,
                 unix_path=config.http_unix_path,
+                listening=None if prebound is None else prebound.take("http"),
             )
         self.metrics: HttpListener | None = None
         if config.metrics_http_port != DISABLED_PORT:

@@ -1,7 +1,9 @@
 """Which files under a data dir are replicated, and an index of them (path, size, sha1)
 that a follower compares with its own to find what to fetch and what to delete.
 
-Not replicated: the `.lock` of the broker holding the directory, everything under a
+Not replicated: the `.lock` of the broker holding the directory, the files of the node
+itself in a cluster (`NODE_FILES`: its name, its mark of an unfinished sync, its control
+socket), everything under a
 vhost's `transient/` directory (non-durable queues, wiped at start), temporary files of
 atomic rewrites (`*.tmp`, renamed over their final name once written: only the rename is
 reported), and the `*.corrupt` copies of damaged files kept for inspection on the node
@@ -19,6 +21,10 @@ from lavin.storage.changes import StrPath
 from lavin.storage.quarantine import CORRUPT_SUFFIX
 
 LOCK_FILE = ".lock"
+# A cluster node's own: its name, the mark of a full sync under way, the control socket.
+NODE_FILES = frozenset(
+    (LOCK_FILE, ".clustering_node", ".clustering_node.partial", ".clustering_syncing", "control.sock")
+)
 TRANSIENT_DIR = "transient"
 TEMPORARY_SUFFIX = ".tmp"
 _READ_CHUNK = 1 << 20
@@ -34,7 +40,7 @@ class FileEntry:
 def is_replicated(relative_path: str) -> bool:
     """Whether a file at this path (relative, posix-style) belongs to the replicated data."""
     parts = PurePosixPath(relative_path).parts
-    if not parts or parts == (LOCK_FILE,):
+    if not parts or (len(parts) == 1 and parts[0] in NODE_FILES):
         return False
     if TRANSIENT_DIR in parts[:-1]:
         return False

@@ -38,6 +38,20 @@ def closed_port() -> int:
     return port
 
 
+def test_get_prefix_lists_the_keys_under_it_only(etcd: EtcdServer) -> None:
+    async def body(client: EtcdClient) -> None:
+        for key in ("lavin/nodes/b", "lavin/nodes/a", "lavin/nodesx", "lavin/leader"):
+            await client.put(key, key.upper())
+        found = await client.get_prefix("lavin/nodes/")
+        assert [(kv.key, kv.value) for kv in found] == [
+            ("lavin/nodes/a", "LAVIN/NODES/A"),
+            ("lavin/nodes/b", "LAVIN/NODES/B"),
+        ]
+        assert await client.get_prefix("other/") == []
+
+    run([etcd.endpoint], body)
+
+
 def test_get_put_and_put_if_absent(etcd: EtcdServer) -> None:
     async def body(client: EtcdClient) -> None:
         assert await client.get("lavin/leader") is None

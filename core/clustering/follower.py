@@ -1,0 +1,178 @@
+"""A follower's replication client: log in to the leader, make the data dir the leader's
+(the files that differ), then apply the stream, fsync, and acknowledge.
+
+While a full sync runs the data dir is a mix of old and new files: a marker file says so,
+and a node whose data dir has it does not stand for election (`Replication.consistent`).
+It goes once the leader says this follower is in sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from lavin.clustering import wire
+from lavin.clustering.leader import proof
+from lavin.storage.change_applier import ChangeApplier, UnsafePath
+from lavin.storage.data_dir_index import FileEntry, index_data_dir
+from lavin.storage.disk import fsync_directory
+
+log = logging.getLogger(__name__)
+
+SYNC_MARKER: Final = ".clustering_syncing"  # not replicated (lavin.storage.data_dir_index)
+CONNECT_TIMEOUT: Final = 5.0
+IDLE_TIMEOUT: Final = 10.0  # seconds without a frame (the leader ticks every second)
+READ_SIZE: Final = 256 * 1024
+MAX_UNAPPLIED: Final = 64 * 1024 * 1024  # received, not yet written: reading waits beyond it
+
+
+@dataclass(frozen=True)
+class LeaderAddress:
+    host: str
+    port: int
+
+
+class Follower:
+    """One connection to one leader; `run` returns or raises when it ends."""
+
+    def __init__(self, root: Path, node: str, secret: str, on_progress: Callable[[int, int, bool], None]) -> None:
+        self.root = root
+        self.node = node
+        self.secret = secret
+        self.on_progress = on_progress  # (bytes written, bytes the leader says it sent, in sync)
+        self._applier = ChangeApplier(root)
+        self._pending: list[wire.Change] = []
+        self._pending_bytes = 0
+        self._streaming = False
+        self._written = 0  # stream bytes written and fsynced
+        self._received = 0  # stream bytes received
+        self._leader_sent = 0
+        self._in_sync = False
+        self._writer: asyncio.StreamWriter | None = None
+        self._applying: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def consistent(root: Path) -> bool:
+        return not (root / SYNC_MARKER).exists()
+
+    async def run(self, leader: LeaderAddress) -> None:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(leader.host, leader.port), CONNECT_TIMEOUT)
+        self._writer = writer
+        try:
+            await self._follow(reader, writer)
+        finally:
+            if self._applying is not None:
+                await asyncio.gather(self._applying, return_exceptions=True)
+            writer.close()
+            await asyncio.to_thread(self._applier.close)
+
+    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = wire.FrameReader()
+        while True:
+            data = await asyncio.wait_for(reader.read(READ_SIZE), IDLE_TIMEOUT)
+            if not data:
+                raise ConnectionError("the leader closed the connection")
+            for kind, payload in frames.feed(data):
+                await self._handle(kind, payload, writer)
+            if self._pending and (self._applying is None or self._applying.done()):
+                self._start_applying()
+            if self._pending_bytes > MAX_UNAPPLIED and self._applying is not None:
+                await self._applying  # let the disk catch up before reading more
+
+    async def _handle(self, kind: int, payload: bytes, writer: asyncio.StreamWriter) -> None:
+        if kind in wire.CHANGE_KINDS:
+            self._pending.append(wire.decode_change(kind, payload))
+            self._pending_bytes += wire.HEADER.size + len(payload)
+            if self._streaming:
+                self._received += wire.HEADER.size + len(payload)
+        elif kind == wire.CHALLENGE:
+            writer.write(wire.json_frame(wire.AUTH, {"node": self.node, "proof": proof(self.secret, payload)}))
+        elif kind == wire.INDEX:
+            wanted = await self._compare(wire.decode_json(payload))
+            writer.write(wire.json_frame(wire.WANT, wanted))
+        elif kind == wire.SYNCED:
+            self._streaming = True
+        elif kind == wire.TICK:
+            self._leader_sent, self._in_sync = wire.decode_tick(payload)
+            if self._applying is None or self._applying.done():
+                self._acknowledge()
+        else:
+            raise wire.ProtocolError(f"unexpected frame {kind!r}")
+
+    async def _compare(self, listed: object) -> list[str]:
+        """Mark the data dir inconsistent, remove what the leader does not have, and name
+        what it must send."""
+        if not isinstance(listed, list):
+            raise wire.ProtocolError("INDEX must be a list")
+        theirs = {}
+        for item in listed:
+            if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)):
+                raise wire.ProtocolError("malformed INDEX entry")
+            theirs[item[0]] = FileEntry(item[0], int(item[1]), str(item[2]))
+        await asyncio.to_thread(self._mark_inconsistent)
+        ours = {entry.path: entry for entry in await asyncio.to_thread(index_data_dir, self.root)}
+        for path in ours.keys() - theirs.keys():
+            await asyncio.to_thread(self._applier.remove, path)
+        wanted = sorted(path for path, entry in theirs.items() if ours.get(path) != entry)
+        log.info(
+            "Full sync: %d of %d files to fetch, %d removed", len(wanted), len(theirs), len(ours.keys() - theirs.keys())
+        )
+        return wanted
+
+    def _mark_inconsistent(self) -> None:
+        """Durably, before the first file changes: a crash in the sync must not leave a
+        mixed data dir that could stand for election."""
+        marker = self.root / SYNC_MARKER
+        marker.touch()
+        descriptor = os.open(marker, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        fsync_directory(self.root)
+
+    def _start_applying(self) -> None:
+        changes, self._pending = self._pending, []
+        self._pending_bytes = 0
+        received = self._received
+        self._applying = asyncio.ensure_future(self._apply(changes, received))
+
+    async def _apply(self, changes: list[wire.Change], received: int) -> None:
+        try:
+            await asyncio.to_thread(self._write_all, changes)
+        except (UnsafePath, OSError) as exc:
+            log.error("Could not apply the leader's changes: %s", exc)
+            if self._writer is not None:
+                self._writer.close()
+            return
+        self._written = received
+        self._acknowledge()
+
+    def _write_all(self, changes: list[wire.Change]) -> None:
+        applier = self._applier
+        for change in changes:
+            kind = change.kind
+            if kind == wire.WRITE:
+                applier.write(change.path, change.offset, change.data)
+            elif kind == wire.TRUNCATE:
+                applier.truncate(change.path, change.offset)
+            elif kind == wire.REPLACE:
+                applier.replace(change.path, change.data)
+            elif kind == wire.REMOVE:
+                applier.remove(change.path)
+            else:
+                applier.rename(change.path, change.target)
+        applier.sync()
+
+    def _acknowledge(self) -> None:
+        if not self._streaming or self._writer is None or self._writer.is_closing():
+            return
+        self._writer.write(wire.u64_frame(wire.ACK, self._written))
+        if self._in_sync and self._written >= self._leader_sent:
+            (self.root / SYNC_MARKER).unlink(missing_ok=True)
+        self.on_progress(self._written, self._leader_sent, self._in_sync)
