@@ -138,14 +138,14 @@ def test_cluster_status_prints_the_sections(leader: LavinBroker) -> None:
     assert result.stdout.startswith(f"Cluster status of node {this} ...\nBasics\n\nCluster name: {this}\n")
     sections = _sections(result.stdout)
     assert sections["Running Nodes"] == [
-        f"{this} (leader)", "lavin@b (follower, in sync)", "lavin@c (follower, not in sync)"
+        f"{this} (leader)",
+        "lavin@b (follower, in sync)",
+        "lavin@c (follower, not in sync)",
     ]
     assert sections["Leader"] == [this]
     assert sections["In-sync replicas"] == [this, "lavin@b"]
     assert sections["Replication lag"] == ["lavin@b: 0 bytes, 0.0 seconds", "lavin@c: 40960 bytes, 12.5 seconds"]
-    assert sections["etcd"] == [
-        "http://127.0.0.1:2379: healthy (3.5.16)", "http://127.0.0.1:2381: unhealthy (refused)"
-    ]
+    assert sections["etcd"] == ["http://127.0.0.1:2379: healthy (3.5.16)", "http://127.0.0.1:2381: unhealthy (refused)"]
 
 
 def test_cluster_status_json_is_the_api_document(leader: LavinBroker) -> None:
@@ -187,14 +187,17 @@ def test_cluster_gauges(leader: LavinBroker, view: str) -> None:
     samples = _samples(leader, view)
     assert samples["lavin_cluster_leader"] == [({}, 1.0)]
     assert samples["lavin_cluster_in_sync_replicas"] == [({}, 2.0)]
-    assert samples["lavin_cluster_replication_lag_bytes"] == [({"node": "lavin@b"}, 0.0), ({"node": "lavin@c"}, 40960.0)]
-    assert samples["lavin_cluster_replication_lag_seconds"] == [({"node": "lavin@b"}, 0.0), ({"node": "lavin@c"}, 12.5)]
+    by_node = {"lavin@b": 0.0, "lavin@c": 40960.0}
+    assert samples["lavin_cluster_replication_lag_bytes"] == [({"node": node}, lag) for node, lag in by_node.items()]
+    by_node = {"lavin@b": 0.0, "lavin@c": 12.5}
+    assert samples["lavin_cluster_replication_lag_seconds"] == [({"node": node}, lag) for node, lag in by_node.items()]
 
 
 def test_a_single_node_has_no_cluster_gauges(single: LavinBroker) -> None:
     samples = _samples(single)
     assert "lavin_queues" in samples
-    assert not [name for name in samples if name.startswith(("lavin_cluster_leader", "lavin_cluster_in_sync", "lavin_cluster_replication"))]
+    cluster_gauges = ("lavin_cluster_leader", "lavin_cluster_in_sync", "lavin_cluster_replication")
+    assert not [name for name in samples if name.startswith(cluster_gauges)]
 
 
 # ---- a follower's management app ----------------------------------------------------------
@@ -236,9 +239,11 @@ async def _follower_answers(data_dir: Path, socket_path: Path, state: ClusterSta
             async with session.delete(base + "/api/queues/%2F/q", headers=guest) as response:
                 answers["delete"] = (response.status, await response.json(), None)
         connector = aiohttp.UnixConnector(path=str(socket_path))
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            async with session.get("http://localhost/api/cluster") as response:
-                answers["control"] = (response.status, await response.json(), None)
+        async with (
+            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+            session.get("http://localhost/api/cluster") as response,
+        ):
+            answers["control"] = (response.status, await response.json(), None)
     finally:
         await control.stop()
         await http.stop()
@@ -267,7 +272,9 @@ def test_a_follower_reports_the_cluster(follower_answers: dict[str, Any]) -> Non
     status, nodes, _ = follower_answers["nodes"]
     assert status == 200
     assert [(node["name"], node["cluster_role"], node["in_sync"]) for node in nodes] == [
-        ("lavin@a", "leader", True), ("lavin@b", "follower", True), ("lavin@c", "follower", False)
+        ("lavin@a", "leader", True),
+        ("lavin@b", "follower", True),
+        ("lavin@c", "follower", False),
     ]
     assert follower_answers["node"][1]["replication_lag_seconds"] == 12.5
     assert follower_answers["no node"][0] == 404
@@ -294,9 +301,11 @@ def test_a_follower_without_a_leader_says_so(tmp_path: Path) -> None:
         await listener.start()
         try:
             connector = aiohttp.UnixConnector(path=str(tmp_path / "s"))
-            async with aiohttp.ClientSession(connector=connector) as session:
-                async with session.get("http://localhost/api/queues") as response:
-                    return response.status, await response.json()
+            async with (
+                aiohttp.ClientSession(connector=connector) as session,
+                session.get("http://localhost/api/queues") as response,
+            ):
+                return response.status, await response.json()
         finally:
             await listener.stop()
 

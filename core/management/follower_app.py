@@ -33,7 +33,7 @@ from lavin.management.http.requester import (
 from lavin.management.shapes.cluster import cluster_json, member_named, other_node_json
 from lavin.storage.metadata.access_files import USERS_FILE, load_users
 
-STATUS: Final = web.AppKey("cluster_status", ClusterStatusSource)
+STATUS: Final[web.AppKey[ClusterStatusSource]] = web.AppKey("cluster_status")
 USERS_PATH: Final = web.AppKey("users_path", Path)
 
 routes = web.RouteTableDef()
@@ -53,7 +53,8 @@ def build_follower_app(status: ClusterStatusSource, data_dir: Path, *, trusted: 
 
 def _state(request: web.Request) -> ClusterState:
     requester(request).require_monitor()
-    return request.app[STATUS]()
+    status = request.app[STATUS]
+    return status()
 
 
 @routes.get("/api/overview")
