@@ -22,6 +22,8 @@ import pytest
 import requests
 from broker_process import BrokerProcess, stop_quietly
 from helpers import unique_name
+from lavin.broker.runtime.cluster_status import FOLLOWER, LEADER, ClusterMember, ClusterState
+from lavin.testing import running_broker
 
 UI_DIR = Path(__file__).resolve().parent.parent / "core" / "management" / "ui"
 IMAGES_DIR = Path(__file__).resolve().parent.parent / "docs" / "images"
@@ -250,6 +252,30 @@ def test_the_overview_shows_the_node_vitals(page: Page, ui_broker: BrokerProcess
     expect(vitals.locator("[data-vital=memory]")).to_contain_text("high watermark")
     expect(vitals.locator("[data-vital=lag]")).to_contain_text(" ms")
     expect(vitals.locator(".alarm")).to_have_count(0)
+
+
+@needs_browser
+def test_the_overview_lists_the_single_node_as_leader(page: Page, ui_broker: BrokerProcess) -> None:
+    log_in(page, ui_broker)
+    rows = page.locator("section", has_text="Nodes").locator("tbody tr")
+    expect(rows).to_have_count(1)
+    node = api_get(ui_broker, "/api/nodes")[0]["name"]
+    expect(rows.first.locator("td")).to_have_text([node, "leader", "yes", "", ""])
+
+
+@needs_browser
+def test_the_overview_lists_every_node_of_a_cluster(page: Page, tmp_path: Path) -> None:
+    state: dict[str, ClusterState] = {}
+    with running_broker(tmp_path / "data", cluster=lambda: state["now"]) as leader:
+        node = requests.get(f"{leader.http_url}/api/overview", auth=GUEST, timeout=30).json()["node"]
+        behind = ClusterMember("lavin@c", FOLLOWER, False, "tcp://127.0.0.3:5679", None, None, 40960, 12.5)
+        here = ClusterMember(node, LEADER, True, "tcp://127.0.0.1:5679", None, None)
+        state["now"] = ClusterState(node, node, (here, behind), (node,), ())
+        log_in(page, leader)  # a LavinBroker: log_in reads its http_url only
+        rows = page.locator("section", has_text="Nodes").locator("tbody tr")
+        expect(rows).to_have_count(2)
+        expect(rows.nth(1).locator("td")).to_have_text(["lavin@c", "follower", "no", "40,960", "12.5"])
+        expect(page.locator("section", has_text="Node vitals").locator("[data-vital=uptime]")).to_contain_text(node)
 
 
 @needs_browser

@@ -65,6 +65,9 @@ class Broker(AuthContext):
         self.stats = MessageStats(config.collect_statistics_interval / 1000, self.connections, self.vhosts)
         # (protocol, address, port) of each listener, for the management API: set by the server.
         self.listeners: list[tuple[str, str, int]] = []
+        # The cluster this broker leads, for the management API and the metrics: set by the
+        # clustering node before the listeners open; None for a single node.
+        self.cluster: ClusterStatusSource | None = None
         self.storage = SegmentStorage(config.segment_size)
         self.auth_backends: list[AuthBackend] = []
         for name in config.auth_backends:

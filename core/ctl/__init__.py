@@ -8,7 +8,7 @@ saying what is done, tab-separated tables with a header (`--json`: a JSON docume
 nothing else), the reason on stderr and a sysexits code when something fails.
 """
 
-from lavin.ctl import access, diagnostics, links, objects, parameters, policies  # noqa: F401 - importing them adds their commands to the group
+from lavin.ctl import access, cluster, diagnostics, links, objects, parameters, policies  # noqa: F401 - importing them adds their commands to the group
 from lavin.ctl.group import config_file_option, ctl
 
 __all__ = ["config_file_option", "ctl"]

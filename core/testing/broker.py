@@ -11,6 +11,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from lavin.broker.runtime.cluster_status import ClusterStatusSource
 from lavin.config import Config
 from lavin.plugin_registry import Registry
 from lavin.server import data_dir_lock, event_loop_factory, load_plugins, start_broker
@@ -40,15 +41,19 @@ class LavinBroker:
 
 
 @contextmanager
-def running_broker(data_dir: Path, plugins: Sequence[str] = ()) -> Iterator[LavinBroker]:
+def running_broker(
+    data_dir: Path, plugins: Sequence[str] = (), *, cluster: ClusterStatusSource | None = None
+) -> Iterator[LavinBroker]:
     """Run a broker on `data_dir` until the block ends, then shut it down gracefully.
 
     `plugins` are the names `lavin serve --plugin` takes. Running it again on the same
-    `data_dir` restarts the broker with the durable data of the previous run.
+    `data_dir` restarts the broker with the durable data of the previous run. `cluster`:
+    the cluster the broker shows as its leader (the management API, `lavin ctl
+    cluster_status`, the metrics), as a clustering node would set it.
     """
     config = Config(data_dir=data_dir, amqp_port=0, http_port=0, metrics_http_port=0, plugins=tuple(plugins))
     with data_dir_lock(config.data_dir):
-        thread = _BrokerThread(config, load_plugins(config))
+        thread = _BrokerThread(config, load_plugins(config), cluster)
         thread.start()
         try:
             port, http_port = thread.ports.result(START_TIMEOUT)
@@ -61,11 +66,12 @@ class _BrokerThread(threading.Thread):
     """Runs the broker's event loop. The loop is made before the thread starts, so that
     `stop` can always reach it."""
 
-    def __init__(self, config: Config, registry: Registry) -> None:
+    def __init__(self, config: Config, registry: Registry, cluster: ClusterStatusSource | None) -> None:
         # A daemon: a broker that hangs must not keep the test process from exiting.
         super().__init__(name=f"lavin-broker-{config.data_dir.name}", daemon=True)
         self._config = config
         self._registry = registry
+        self._cluster = cluster
         # Given no factory, the runner would make its loop the current one of this thread.
         factory = event_loop_factory(config.loop) or asyncio.new_event_loop
         self._runner = asyncio.Runner(loop_factory=factory)
@@ -87,6 +93,7 @@ class _BrokerThread(threading.Thread):
     async def _serve(self) -> None:
         gc_threshold = gc.get_threshold()
         running = await start_broker(self._config, self._registry)
+        running.broker.cluster = self._cluster  # read per request: set before the test gets the ports
         # start_broker tunes the garbage collector for a broker process; this one is the tests'.
         gc.unfreeze()
         gc.set_threshold(*gc_threshold)

@@ -133,14 +133,14 @@ def requester(request: web.Request) -> Requester:
 @web.middleware
 async def trust_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
     request[REQUESTER] = TRUSTED
-    return await _answer(request, handler)
+    return await answer_as(request, handler)
 
 
 @web.middleware
 async def authenticate_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not request.path.startswith(PROTECTED_PREFIXES):
         return await handler(request)
-    credentials = _basic_credentials(request.headers.get("Authorization", ""))
+    credentials = basic_credentials(request.headers.get("Authorization", ""))
     if credentials is None:
         return not_authenticated("Not_Authorized")
     username, password = credentials
@@ -153,10 +153,11 @@ async def authenticate_requests(request: web.Request, handler: Handler) -> web.S
     if not tags & MANAGEMENT_TAGS:
         return not_authorised("Not management user")
     request[REQUESTER] = Requester(user.name, tags, user)
-    return await _answer(request, handler)
+    return await answer_as(request, handler)
 
 
-async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def answer_as(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The handler's answer for the requester set on `request`; 401 where its tags fall short."""
     try:
         return await handler(request)
     except NotAuthorised as exc:
@@ -179,7 +180,7 @@ def _unauthorised(error: str, reason: str) -> web.Response:
     return response
 
 
-def _basic_credentials(header: str) -> tuple[str, str] | None:
+def basic_credentials(header: str) -> tuple[str, str] | None:
     scheme, _, encoded = header.partition(" ")
     if scheme.lower() != "basic":
         return None

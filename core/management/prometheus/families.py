@@ -6,7 +6,7 @@ broker's lifetime counters (`lavin.broker.runtime.counters`).
 Four views, as RabbitMQ's endpoints:
 - aggregated (`/metrics`): each family summed over its objects, without labels, plus the
   totals, alarms, global counters, shovel and federation links (`links.py`, per link in
-  both views) and build information;
+  both views), the cluster gauges of a clustered node (`cluster.py`) and build information;
 - per-object (`/metrics/per-object`): the same with one sample per object (labels vhost,
   queue, exchange, channel, connection);
 - detailed (`/metrics/detailed`): only the families asked for, one sample per object,
@@ -35,6 +35,7 @@ from lavin.broker.queues.queue import MessageQueue, Queue
 from lavin.broker.runtime.alarms import DISK, MEMORY, resident_memory
 from lavin.broker.runtime.counters import DEAD_LETTER_STRATEGIES
 from lavin.broker.runtime.message_sizes import MESSAGE_SIZE_BOUNDS
+from lavin.management.prometheus.cluster import cluster_metrics
 from lavin.management.prometheus.links import link_metrics
 from lavin.management.prometheus.sources import Snapshot
 from lavin.management.shapes.runtime import RABBITMQ_VERSION, channel_name
@@ -519,6 +520,7 @@ class BrokerCollector(Collector):
             yield from self._alarms()
             yield from self._global()
             yield from link_metrics(self.snapshot, prefix)
+            yield from cluster_metrics(self.snapshot, prefix)
             if per_object:
                 yield self._queue_info(f"{prefix}_")
         yield from self._identity()

@@ -5,17 +5,22 @@ status codes:
   connection for a `monitoring` user or an administrator);
 - `/api/cluster-name`, `/api/extensions`: any management user;
 - `/api/nodes`, `/api/nodes/{node}`, `/api/nodes/{node}/memory`: `monitoring` (or
-  `administrator`);
+  `administrator`); in a cluster `/api/nodes` lists every member (this node in full, the
+  others with what is known of them), each with Lavin's `cluster_role`, `in_sync` and
+  replication lag;
+- `/api/cluster` (Lavin's own): `monitoring`; the cluster's members, leader, in-sync
+  replicas and etcd endpoints (a single node is a cluster of one, `"clustering": false`);
 - `/api/tls/reload` (POST, Lavin's own; `lavin ctl reload_tls`, as SIGHUP does):
   `administrator`. New TLS connections get the files as they are now, open ones keep theirs.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 from lavin.broker.broker import Broker
+from lavin.broker.runtime.cluster_status import ClusterMember, ClusterState
 from lavin.broker.runtime.memory import memory_breakdown
 from lavin.broker.runtime.stats import OVERALL, QUEUE_TOTALS
 from lavin.management.http.listing import list_reply
@@ -23,6 +28,13 @@ from lavin.management.http.replies import ObjectNotFound, broker_of, done, error
 from lavin.management.http.requester import requester
 from lavin.management.http.runtime_access import visible_connections
 from lavin.management.shapes import runtime as shapes
+from lavin.management.shapes.cluster import (
+    cluster_json,
+    cluster_state_of,
+    member_named,
+    other_node_json,
+    role_fields,
+)
 from lavin.management.shapes.history import Histories
 from lavin.transport.tls import TlsCertificates, TlsSetupError
 
@@ -58,12 +70,28 @@ async def extensions(request: web.Request) -> web.Response:
 @routes.get("/api/nodes")
 async def list_nodes(request: web.Request) -> web.Response:
     requester(request).require_monitor()
-    return await list_reply(request, [shapes.node_json(broker_of(request))])
+    broker = broker_of(request)
+    state = cluster_state_of(broker, shapes.node_name(broker))
+    return await list_reply(request, [_node_json(broker, state, member) for member in state.members])
 
 
 @routes.get("/api/nodes/{node}")
 async def get_node(request: web.Request) -> web.Response:
-    return reply(shapes.node_json(_named_node(request)))
+    requester(request).require_monitor()
+    broker = broker_of(request)
+    state = cluster_state_of(broker, shapes.node_name(broker))
+    member = member_named(state, request.match_info["node"])
+    if member is None:
+        raise ObjectNotFound
+    return reply(_node_json(broker, state, member))
+
+
+@routes.get("/api/cluster")
+async def cluster(request: web.Request) -> web.Response:
+    requester(request).require_monitor()
+    broker = broker_of(request)
+    state = cluster_state_of(broker, shapes.node_name(broker))
+    return reply(cluster_json(state, clustering=broker.cluster is not None))
 
 
 @routes.get("/api/nodes/{node}/memory")
@@ -84,6 +112,13 @@ async def reload_certificates(request: web.Request) -> web.Response:
     except TlsSetupError as exc:
         return error_response(400, "bad_request", f"TLS certificates not reloaded, keeping the current ones: {exc}")
     return done()
+
+
+def _node_json(broker: Broker, state: ClusterState, member: ClusterMember) -> dict[str, Any]:
+    """This node in full, another member with what the cluster knows of it."""
+    if member.name != state.this_node:
+        return other_node_json(member)
+    return shapes.node_json(broker) | role_fields(member)
 
 
 def _named_node(request: web.Request) -> Broker:

@@ -17,6 +17,15 @@ const DEPTHS = [["Ready", "messages_ready"], ["Unacknowledged", "messages_unackn
 const TOTALS = [["Connections", "connections"], ["Channels", "channels"], ["Exchanges", "exchanges"],
   ["Queues", "queues"], ["Consumers", "consumers"]];
 
+// Every node of the cluster (the one node, leader, when not clustered) from /api/nodes.
+const NODE_COLUMNS = [
+  { title: "Name", cell: (row) => row.name },
+  { title: "Role", cell: (row) => row.cluster_role },
+  { title: "In sync", cell: (row) => (row.in_sync ? "yes" : "no") },
+  { title: "Lag (bytes)", numeric: true, cell: (row) => (row.replication_lag_bytes == null ? "" : number(row.replication_lag_bytes)) },
+  { title: "Lag (s)", numeric: true, cell: (row) => (row.replication_lag_seconds == null ? "" : row.replication_lag_seconds.toFixed(1)) },
+];
+
 function remember(group, label, value) {
   const values = (history[group][label] ??= []);
   values.push(value);
@@ -30,8 +39,9 @@ export function render(page) {
   const ratesChart = lineChart("Message rates", "/s");
   const depthChart = lineChart("Queued messages", "");
   const vitals = h("div");
+  const members = h("div");
   const node = h("div");
-  replace(page.main, h("h1", {}, "Overview"), status, totals, vitals,
+  replace(page.main, h("h1", {}, "Overview"), status, totals, vitals, members,
     h("div", { class: "charts" }, ratesChart.element, depthChart.element), node);
   // /api/nodes is for monitoring users and administrators, as in RabbitMQ.
   const seesNode = hasTag(page.user, "monitoring") || hasTag(page.user, "administrator");
@@ -46,8 +56,11 @@ export function render(page) {
     }
     replace(status);
     if (seesNode) {
-      const [one] = await get("/api/nodes").catch(() => []);
-      replace(vitals, one ? section("Node vitals", nodeVitals(one)) : null);
+      const nodes = await get("/api/nodes").catch(() => []);
+      // This node's vitals: the other members of a cluster are known by their role only.
+      const here = nodes.find((one) => one.name === data.node);
+      replace(vitals, here ? section("Node vitals", nodeVitals(here)) : null);
+      replace(members, nodes.length ? section("Nodes", table(NODE_COLUMNS, nodes)) : null);
     }
     const objects = data.object_totals || {};
     const queued = data.queue_totals || {};
