@@ -18,9 +18,8 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pamqp import commands
-
 from lavin.client.wire import CHANNEL, AmqpError, Connection, connect
+from pamqp import commands
 
 STAMP = struct.Struct(">IQ")  # publisher id, sequence number
 BODY_SIZE = 16

@@ -69,7 +69,8 @@ def measure(
 
 def failover_line(kills: int) -> str:
     """p50 / max failover time over `kills` leader kills, from the chaos loop in its own process."""
-    command = [sys.executable, "-m", "lavin.bench.chaos", "--failover-kills", str(kills), "--nodes", str(SIZE), "--json"]
+    command = [sys.executable, "-m", "lavin.bench.chaos", "--failover-kills", str(kills), "--nodes", str(SIZE),
+               "--json"]  # fmt: skip
     label = f"Lavin cluster failover over {kills} leader kills (last confirm before to first after)"
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=kills * FAILOVER_MARGIN, check=False)
@@ -99,4 +100,3 @@ def run_cluster_rows(workdir: Path, duration: float, rounds: int, failover_kills
         print(f"\n{note}")
     if failover_kills:
         print(f"\n{failover_line(failover_kills)}")
-

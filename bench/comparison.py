@@ -14,9 +14,9 @@ connection) read from /proc when its pid is known. Last come the shovel rows
 (`lavin.bench.shovel`): a backlog moved by each broker's own shovel, queue to queue and to
 a second broker of the same kind. With `--cluster`, a second table follows
 (`lavin.bench.cluster_rows`): persistent publishes with confirms on a 3-node Lavin cluster
-against a 3-node RabbitMQ cluster's quorum queue, and the Lavin cluster's failover time. A scenario a broker cannot run (AMQP
-over WebSocket on RabbitMQ 3.10, AMQPS on a peer without `{amqps_port}`, a figure read
-from /proc without a pid) shows n/a.
+against a 3-node RabbitMQ cluster's quorum queue, and the Lavin cluster's failover time.
+A scenario a broker cannot run (AMQP over WebSocket on RabbitMQ 3.10, AMQPS on a peer
+without `{amqps_port}`, a figure read from /proc without a pid) shows n/a.
 """
 
 from __future__ import annotations
@@ -325,10 +325,18 @@ def main() -> None:
         help="messages each shovel row moves (default 200000)",
     )
     parser.add_argument("--no-rabbitmq", action="store_true", help="compare against the peers only")
-    parser.add_argument("--cluster", action="store_true",
-                        help="also the 3-node cluster rows: Lavin on etcd against RabbitMQ with a quorum queue")
-    parser.add_argument("--failover-kills", type=int, default=20, metavar="N",
-                        help="leader kills the --cluster failover time is measured over (default 20; 0 = none)")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also the 3-node cluster rows: Lavin on etcd against RabbitMQ with a quorum queue",
+    )
+    parser.add_argument(
+        "--failover-kills",
+        type=int,
+        default=20,
+        metavar="N",
+        help="leader kills the --cluster failover time is measured over (default 20; 0 = none)",
+    )
     args = parser.parse_args()
     if args.shovel_messages < 1:
         parser.error("--shovel-messages must be at least 1")

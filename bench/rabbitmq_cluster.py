@@ -134,5 +134,6 @@ def wait_until_clustered(env: dict[str, str], size: int) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while len(running := running_nodes(env)) < size:
         if time.monotonic() > deadline:
-            raise ClusterUnavailable(f"only {len(running)} of {size} RabbitMQ nodes running after {START_TIMEOUT:.0f} s")
+            waited = f"after {START_TIMEOUT:.0f} s"
+            raise ClusterUnavailable(f"only {len(running)} of {size} RabbitMQ nodes running {waited}")
         time.sleep(POLL)
