@@ -42,6 +42,15 @@ def setting_options(command: FC) -> FC:
 
 
 def setting_option(name: str, declared: Setting, flag: Flag) -> Callable[[FC], FC]:
+    if isinstance(declared.default, bool):  # `--name/--no-name`
+        return click.option(
+            f"{flag.name}/--no-{flag.name.removeprefix('--')}",
+            name,
+            default=declared.default,
+            envvar=flag.env_var,
+            show_envvar=True,
+            help=flag.help,
+        )
     return click.option(
         flag.name,
         name,

@@ -11,7 +11,7 @@ from lavin.config.settings import CONFIG_FILE, READY_FILE, SETTINGS
 HEADER: Final = ("| section | key | flag | env var | default | meaning |", "|---|---|---|---|---|---|")
 NOT_SET_THERE: Final = "—"  # the cell of a column the setting has no entry in
 # Rows without a config-file key first, then each section's in declaration order.
-SECTION_ORDER: Final = (None, "main", "amqp", "mgmt")
+SECTION_ORDER: Final = (None, "main", "amqp", "mgmt", "clustering")
 
 
 def settings_table() -> str:

@@ -17,6 +17,7 @@ from lavin.config.checks import EveryItem, Needs, OneOf, Rule, Within
 from lavin.config.declaration import Flag, IniKey, Setting, declared_settings, setting, settle
 from lavin.config.values import (
     comma_list,
+    every_comma_item,
     is_address_or_network,
     is_octal_mask,
     log_level_name,
@@ -413,6 +414,63 @@ class Config:
         "with `subject_alternative_name`: which one of that kind, counted from 0",
         ini=IniKey("main", "tls_cert_login_san_index", int),
         check=Within(0, None, NOT_NEGATIVE),
+    )
+
+    # --- clustering ([clustering], LavinMQ's names): replicated nodes, leader elected on etcd ---
+    clustering: bool = setting(
+        False,
+        "run as one node of a cluster: the node elected leader through etcd serves clients, the others replicate "
+        "its data dir and take over when it goes ([clustering.md](clustering.md))",
+        ini=IniKey("clustering", "enabled", parse_boolean),
+        flag=Flag("--clustering", "", "Run as a node of a cluster (leader elected on etcd)."),
+    )
+    clustering_bind: str = setting(
+        "127.0.0.1",
+        "the replication listener's address, where followers connect to the leader",
+        ini=IniKey("clustering", "bind", str),
+        flag=Flag("--clustering-bind", "ADDRESS", "Address the replication listener binds to."),
+    )
+    clustering_port: int = setting(
+        5679,
+        "the replication listener's port; `0` any free port",
+        ini=IniKey("clustering", "port", int),
+        flag=Flag("--clustering-port", "PORT", "Port of the replication listener."),
+        check=Within(0, MAX_PORT, "{name} must be a port number, or 0 for any free port"),
+    )
+    clustering_advertised_uri: str | None = setting(
+        None,
+        "where the other nodes reach this one, as `tcp://host:port` (default: the bind address and port, which "
+        "only works when they are reachable as bound)",
+        ini=IniKey("clustering", "advertised_uri", str),
+        flag=Flag("--clustering-advertised-uri", "URI", "How the other nodes reach this node's replication port."),
+    )
+    clustering_etcd_endpoints: tuple[str, ...] = setting(
+        ("http://127.0.0.1:2379",),
+        "comma-separated etcd client URLs (`http://host:port`), tried in turn; the flag is repeatable",
+        ini=IniKey("clustering", "etcd_endpoints", comma_list),
+        flag=Flag("--clustering-etcd-endpoints", "URLS", "Comma-separated etcd client URLs."),
+        convert=every_comma_item,
+        check=Rule(bool, "{name} must name at least one etcd endpoint"),
+    )
+    clustering_etcd_prefix: str = setting(
+        "lavin",
+        "the etcd key prefix of this cluster: `<prefix>/leader`, `<prefix>/isr`, `<prefix>/clustering_secret`, "
+        "`<prefix>/nodes/<id>`",
+        ini=IniKey("clustering", "etcd_prefix", str),
+        flag=Flag("--clustering-etcd-prefix", "PREFIX", "etcd key prefix of the cluster."),
+        check=Rule(bool, "{name} must not be empty"),
+    )
+    clustering_on_leader_elected: str | None = setting(
+        None,
+        "shell command run when this node becomes the leader (to move a virtual IP, say)",
+        ini=IniKey("clustering", "on_leader_elected", str),
+        flag=Flag("--clustering-on-leader-elected", "COMMAND", "Shell command run when this node becomes leader."),
+    )
+    clustering_on_leader_lost: str | None = setting(
+        None,
+        "shell command run when this node stops being the leader",
+        ini=IniKey("clustering", "on_leader_lost", str),
+        flag=Flag("--clustering-on-leader-lost", "COMMAND", "Shell command run when this node stops being leader."),
     )
 
     # plugin name -> its `[plugin.NAME]` section, handed to the plugin's lavin_configure hook

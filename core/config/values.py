@@ -7,7 +7,7 @@ import configparser
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 # LavinMQ's level names, so its config files work unchanged.
@@ -21,6 +21,13 @@ def optional_path(value: str | os.PathLike[str] | None) -> Path | None:
 
 def comma_list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def every_comma_item(values: str | Iterable[str]) -> tuple[str, ...]:
+    """A list setting whose flag may be repeated and whose items may each hold several,
+    comma-separated (`--x a,b --x c`)."""
+    texts = (values,) if isinstance(values, str) else values
+    return tuple(item for text in texts for item in comma_list(text))
 
 
 def parse_boolean(text: str) -> bool:

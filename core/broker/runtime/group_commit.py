@@ -10,6 +10,10 @@ writes again, nothing that went into it is confirmed. While some store fails, th
 commit traces which stores each publish marked dirty, so that only the publishes that went
 into a failing store are nacked. The round in which a store first fails was not traced:
 every publish waiting for that round is nacked.
+
+In a cluster the leader's stores report their writes to the followers as they make them;
+a round is settled only once its fsync is done and every in-sync follower has written
+what was reported up to its flush (`replication`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ SyncWaiter = Callable[[], Callable[[bool], None]]
 PublishesSynced = Callable[[Sequence[int] | None], None]
 
 
+class ReplicationBarrier(Protocol):
+    """The followers' side of a round: where the change stream stood, and a call once
+    every in-sync follower has written up to there."""
+
+    @property
+    def position(self) -> int: ...
+
+    def when_replicated(self, position: int, callback: Callable[[], None]) -> None: ...
+
+
 class Flushable(Protocol):
     def flush_store(self) -> list[int]: ...
 
@@ -57,7 +71,7 @@ TraceEntry = Flushable | tuple[SyncedPublisher, int]
 class _Round:
     """One flush: the fds it handed over, the stores that failed, who waits for its fsync."""
 
-    __slots__ = ("failed", "fds", "publishers", "synced", "trace", "waiters")
+    __slots__ = ("failed", "fds", "publishers", "replicated_at", "synced", "trace", "waiters")
 
     def __init__(
         self,
@@ -67,7 +81,9 @@ class _Round:
         waiters: list[Callable[[bool], None]],
         publishers: list[tuple[SyncedPublisher, PublishesSynced]],
         trace: list[TraceEntry] | None,
+        replicated_at: int,
     ) -> None:
+        self.replicated_at = replicated_at  # the change stream's position at the flush (0: no cluster)
         self.failed = failed
         self.fds = fds  # pinned in OPEN_FILES until settled, each with the store that returned it
         self.synced = synced  # False when an fsync made during the flush failed
@@ -108,6 +124,7 @@ class GroupCommit:
         self._scheduled = False
         self._syncing = False
         self._rounds: list[_Round] = []  # flushed, waiting for the worker thread
+        self.replication: ReplicationBarrier | None = None  # set on a cluster's leader
 
     def mark_dirty(self, store: Flushable) -> None:
         self._dirty.add(store)
@@ -182,6 +199,7 @@ class GroupCommit:
                 [waiter() for waiter in waiters],
                 [(publisher, publisher.prepare_sync()) for publisher in publishers],
                 trace,
+                0 if self.replication is None else self.replication.position,
             )
         )
         self._start_sync()
@@ -236,6 +254,15 @@ class GroupCommit:
         self._start_sync()
 
     def _settle(self, rounds: list[_Round], failed_fds: set[int]) -> None:
+        replication = self.replication
+        if replication is not None:
+            position = max(round_.replicated_at for round_ in rounds)
+            replication.when_replicated(position, lambda: self._settle_now(rounds, failed_fds))
+            return
+        self._settle_now(rounds, failed_fds)
+
+    @staticmethod
+    def _settle_now(rounds: list[_Round], failed_fds: set[int]) -> None:
         for round_ in rounds:
             round_.settle(failed_fds)
 
