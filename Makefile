@@ -11,7 +11,7 @@ SOURCES += $(shell find core/management/ui -type f 2>/dev/null)  # the web UI's 
 ARGS ?=
 
 .PHONY: serve install dist test test-installed bench compare lavinmq lint typecheck clean browser rabbitmqadmin nodejs \
-	prometheus systemd-analyze
+	prometheus systemd-analyze etcd
 
 serve: $(INSTALLED_VENV)/.installed-run
 	@echo "lavin serve: the lavin command is $(CURDIR)/$(INSTALLED_VENV)/bin/lavin (\`make install\` puts it on PATH)"
@@ -30,13 +30,13 @@ dist: $(VENV)/.installed-dev
 	rm -rf build dist
 	$(VENV)/bin/python -m build --outdir dist .
 
-test: $(VENV)/.installed-test browser rabbitmqadmin nodejs prometheus systemd-analyze
+test: $(VENV)/.installed-test browser rabbitmqadmin nodejs prometheus systemd-analyze etcd
 	$(VENV)/bin/python -m pytest -q $(ARGS)
 
 # The suite against a regular (non-editable) install, run from inside that venv so the
 # current directory holds no `lavin` and no egg-info: `lavin` can only come from
 # site-packages, which catches modules missing from the wheel.
-test-installed: $(INSTALLED_VENV)/.installed-test browser rabbitmqadmin nodejs prometheus systemd-analyze
+test-installed: $(INSTALLED_VENV)/.installed-test browser rabbitmqadmin nodejs prometheus systemd-analyze etcd
 	cd $(INSTALLED_VENV) && LAVIN_TEST_EXPECT_INSTALLED=1 \
 		$(CURDIR)/$(INSTALLED_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 		-c $(CURDIR)/pyproject.toml --rootdir $(CURDIR) $(CURDIR)/tests $(ARGS)
@@ -75,6 +75,10 @@ prometheus:
 # tests/test_systemd_unit.py checks contrib/systemd/lavin.service with systemd-analyze.
 systemd-analyze:
 	$(call debian_package,systemd-analyze,systemd,--no-install-recommends,the systemd unit check)
+
+# The clustering tests (tests/clustering/) elect leaders on a private etcd, Debian's etcd-server.
+etcd:
+	$(call debian_package,etcd,etcd-server,--no-install-recommends,the clustering tests)
 
 # Micro-benchmarks of the hot paths, bench/test_*.py (`make test` collects only tests/).
 bench: $(VENV)/.installed-bench

@@ -34,7 +34,7 @@ from lavin.broker.routing.exchange import Exchange, Target
 from lavin.broker.routing.host import ExchangeHost
 from lavin.broker.runtime.counters import AT_MOST_ONCE, DISABLED
 from lavin.broker.runtime.recovery_log import RecoveryLog
-from lavin.storage import queue_directories
+from lavin.storage import changes, queue_directories
 from lavin.storage.metadata.access_files import vhost_directory_name
 from lavin.storage.metadata.definitions_store import (
     BindingDef,
@@ -114,8 +114,8 @@ class VHost(ExchangeHost):
     def start(self) -> None:
         """Create the built-in exchanges and recover durable definitions."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.data_dir / ".vhost").write_text(self.name, encoding="utf-8")
-        shutil.rmtree(self.transient_dir, ignore_errors=True)
+        changes.write_whole(self.data_dir / ".vhost", self.name.encode())
+        shutil.rmtree(self.transient_dir, ignore_errors=True)  # not replicated: no report
         self.policies.load()  # before any queue or exchange, which it may apply to
         self.exchanges[""] = self.default_exchange
         for name, type_name in DEFAULT_EXCHANGES:
@@ -440,7 +440,7 @@ class VHost(ExchangeHost):
                 f"invalid arg '{exc.argument}' for queue '{name}' in vhost '{self.name}': {exc.reason}"
             ) from None
         if persistent:
-            (path / queue_directories.NAME_FILE).write_text(name, encoding="utf-8")
+            changes.write_whole(path / queue_directories.NAME_FILE, name.encode())
         declaration = QueueDeclaration(name, durable, owner, auto_delete, arguments)
         queue: Queue
         if isinstance(store, StreamType):

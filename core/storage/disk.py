@@ -4,8 +4,9 @@ directory is synced too."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
+
+from lavin.storage import changes
 
 
 def open_directory(directory: Path) -> int:
@@ -31,5 +32,5 @@ def ensure_directory(directory: Path) -> None:
 def recreate_directory(directory: Path) -> None:
     """An empty `directory` for data that need not survive a restart: whatever an earlier
     run left there goes."""
-    shutil.rmtree(directory, ignore_errors=True)
+    changes.remove_tree(directory)
     directory.mkdir(parents=True)

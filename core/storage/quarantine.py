@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+from lavin.storage.changes import CHANGES
 from lavin.storage.disk import fsync_directory
 
 CORRUPT_SUFFIX = ".corrupt"
@@ -26,6 +27,9 @@ def set_aside(path: Path) -> Path:
     """Rename a damaged file out of the way; return its new path."""
     kept = corrupt_path(path)
     os.rename(path, kept)
+    sink = CHANGES.sink
+    if sink is not None:  # damaged copies stay on this node: for a follower the file is gone
+        sink.removed(path)
     fsync_directory(path.parent)
     return kept
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from lavin.storage import changes
 from lavin.storage.disk import ensure_directory, fsync_directory
 
 log = logging.getLogger(__name__)
@@ -35,9 +35,9 @@ def queue_directory(parent: Path, name: str) -> Path:
 def begin_delete(path: Path) -> Path:
     """Rename a queue's directory aside, durably; return where it went."""
     aside = path.with_name(path.name + DELETED_SUFFIX)
-    shutil.rmtree(aside, ignore_errors=True)  # left by a delete that could not finish
+    changes.remove_tree(aside)  # left by a delete that could not finish
     try:
-        os.rename(path, aside)
+        changes.rename(path, aside)
     except FileNotFoundError:
         return aside  # nothing on disk
     fsync_directory(path.parent)
@@ -45,7 +45,7 @@ def begin_delete(path: Path) -> Path:
 
 
 def finish_delete(aside: Path) -> None:
-    shutil.rmtree(aside, ignore_errors=True)
+    changes.remove_tree(aside)
 
 
 def settle(vhost_dir: Path, queue_names: Iterable[str], vhost_name: str) -> None:
@@ -66,7 +66,7 @@ def settle(vhost_dir: Path, queue_names: Iterable[str], vhost_name: str) -> None
             continue
         changed = True
         if digest in defined and not (vhost_dir / digest).exists():
-            os.rename(path, vhost_dir / digest)
+            changes.rename(path, vhost_dir / digest)
             log.warning(
                 "vhost %s: the delete of queue '%s' was not recorded before the broker stopped; the queue stays",
                 vhost_name,
@@ -74,7 +74,7 @@ def settle(vhost_dir: Path, queue_names: Iterable[str], vhost_name: str) -> None
             )
         else:
             log.info("vhost %s: finishing the delete of queue '%s'", vhost_name, _queue_name(path))
-            shutil.rmtree(path, ignore_errors=True)
+            changes.remove_tree(path)
     if orphans:
         _move_orphans(vhost_dir, orphans, vhost_name)
     if changed or orphans:
@@ -91,7 +91,7 @@ def _move_orphans(vhost_dir: Path, orphans: list[Path], vhost_name: str) -> None
         while destination.exists():
             number += 1
             destination = target / f"{path.name}.{number}"
-        os.rename(path, destination)
+        changes.rename(path, destination)
         moved.append(f"'{_queue_name(destination)}' ({destination.name})")
     fsync_directory(target)
     log.error(

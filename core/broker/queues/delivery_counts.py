@@ -11,6 +11,9 @@ import os
 import struct
 from pathlib import Path
 
+from lavin.storage import changes
+from lavin.storage.changes import CHANGES
+
 _ENTRY = struct.Struct("<QI")
 FILE_NAME = "delivery_counts"
 
@@ -20,15 +23,19 @@ class DeliveryCounts:
         """`directory` is None for queues whose counts need not survive a restart."""
         self._counts: dict[int, int] = {}
         self._fd = -1
+        self._path = Path()
         if directory is None:
             return
-        path = directory / FILE_NAME
+        path = self._path = directory / FILE_NAME
         if queue_is_empty:
             # Message ids may be handed out again once a store is empty: old counts must go.
-            path.unlink(missing_ok=True)
+            changes.remove_file(path, missing_ok=True)
         else:
             self._load(path)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sink = CHANGES.sink
+        if sink is not None:
+            sink.written(path, 0, b"")  # creates the file when it is new
         if self._counts:
             self._rewrite(path)
 
@@ -47,8 +54,9 @@ class DeliveryCounts:
     def _rewrite(self, path: Path) -> None:
         """Compact on start: only live counts are kept."""
         temporary = path.with_suffix(".tmp")
-        temporary.write_bytes(b"".join(_ENTRY.pack(i, c) for i, c in self._counts.items()))
-        os.replace(temporary, path)
+        data = b"".join(_ENTRY.pack(i, c) for i, c in self._counts.items())
+        temporary.write_bytes(data)
+        changes.install(temporary, path, data)
         os.close(self._fd)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
 
@@ -59,12 +67,12 @@ class DeliveryCounts:
         count = self._counts.get(message_id, 0) + 1
         self._counts[message_id] = count
         if self._fd >= 0:
-            os.write(self._fd, _ENTRY.pack(message_id, count))
+            changes.append(self._fd, self._path, _ENTRY.pack(message_id, count))
         return count
 
     def forget(self, message_id: int) -> None:
         if self._counts.pop(message_id, None) is not None and self._fd >= 0:
-            os.write(self._fd, _ENTRY.pack(message_id, 0))
+            changes.append(self._fd, self._path, _ENTRY.pack(message_id, 0))
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -25,6 +25,7 @@ from typing import Any, Final, TypeVar
 
 from lavin.api.auth import StoredUser, TopicPermissions, VHostPermissions
 from lavin.config import StartupError
+from lavin.storage import changes
 from lavin.storage.disk import fsync_directory
 
 USERS_FILE: Final = "users.json"
@@ -172,7 +173,7 @@ def write_json_atomically(path: Path, document: object) -> None:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temporary, path)
+        changes.install(temporary, path, data)
     except BaseException:
         temporary.unlink(missing_ok=True)  # a failed write leaves the old file and nothing beside it
         raise

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lavin.storage import changes
+from lavin.storage.changes import CHANGES
 from lavin.storage.disk import fsync_directory
 from lavin.storage.metadata.storable import check_name, check_value
 from lavin.storage.quarantine import copy_aside
@@ -402,6 +404,9 @@ class DefinitionsStore:
         except OSError:
             os.ftruncate(self._fd, size)
             raise
+        sink = CHANGES.sink
+        if sink is not None:
+            sink.written(self.path, size, frame)
         self._folded.apply(record)
         if record["op"] in _DELETES:
             self._deletes += 1
@@ -417,11 +422,12 @@ class DefinitionsStore:
         """Replace the log with the declares of the current definitions, atomically."""
         temporary = self.path.with_name(self.path.name + ".tmp")
         try:
+            data = b"".join(_frame(record) for record in self._folded.records())
             with open(temporary, "wb") as file:
-                file.write(b"".join(_frame(record) for record in self._folded.records()))
+                file.write(data)
                 file.flush()
                 os.fsync(file.fileno())
-            os.replace(temporary, self.path)
+            changes.install(temporary, self.path, data)
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
@@ -435,3 +441,6 @@ class DefinitionsStore:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         if created:
             fsync_directory(self.path.parent)
+            sink = CHANGES.sink
+            if sink is not None:
+                sink.written(self.path, 0, b"")  # creates the empty log

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, NamedTuple, Protocol
 
+from lavin.storage import changes
+from lavin.storage.changes import CHANGES
 from lavin.storage.quarantine import copy_aside
 from lavin.storage.segments.record import (
     FILE_HEADER,
@@ -77,7 +79,7 @@ def list_segments(directory: Path, companion_prefix: str) -> list[int]:
     is gone are deleted."""
     segment_ids = list_ids(directory, SEGMENT_PREFIX)
     for orphan in set(list_ids(directory, companion_prefix)).difference(segment_ids):
-        numbered_path(directory, companion_prefix, orphan).unlink()
+        changes.remove_file(numbered_path(directory, companion_prefix, orphan))
     return segment_ids
 
 
@@ -184,6 +186,9 @@ def load_acks(path: Path) -> set[int]:
     if usable != len(data):
         log.warning("%s: torn ack entry at byte %d; truncating the file there", path, usable)
         os.truncate(path, usable)
+        sink = CHANGES.sink
+        if sink is not None:
+            sink.truncated(path, usable)
     positions = array("I")
     positions.frombytes(data[:usable])
     if _BIG_ENDIAN_HOST:
@@ -266,6 +271,9 @@ def scan_records(fd: int, path: Path, visit: RecordVisitor, *, sync_truncation: 
     if problem:
         log.warning("%s: %s record at byte %d; truncating the segment there", path, problem, position)
         os.ftruncate(fd, position)
+        sink = CHANGES.sink
+        if sink is not None:
+            sink.truncated(path, position)
     if repair.damaged or problem:
         if sync_truncation:
             os.fsync(fd)
@@ -300,6 +308,9 @@ class _Repair:
                 raise OSError(f"{self.path}: short write of holes at byte {start}")
         finally:
             os.close(writer)
+        sink = CHANGES.sink
+        if sink is not None:
+            sink.written(self.path, start, holes)
         view = memoryview(holes)
         offset = 0
         for size in sizes:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 from array import array
 from collections.abc import Iterable
 from heapq import heappop, heappush
@@ -21,7 +20,8 @@ from pathlib import Path
 from typing import Final
 
 from lavin.api.message import Message, is_persistent
-from lavin.storage import quarantine
+from lavin.storage import changes, quarantine
+from lavin.storage.changes import CHANGES
 from lavin.storage.disk import ensure_directory, recreate_directory
 from lavin.storage.segments.decoded_window import WINDOW_MESSAGES, DecodedWindow
 from lavin.storage.segments.open_files import OPEN_FILES, PooledDirectory
@@ -530,7 +530,7 @@ class SegmentStore:
     def delete(self) -> None:
         """Release the files and remove the directory."""
         self._close_files()
-        shutil.rmtree(self.path, ignore_errors=True)
+        changes.remove_tree(self.path)
 
     # -- cursor ----------------------------------------------------------------------------
 
@@ -707,6 +707,9 @@ class SegmentStore:
     def _write_segment_out(self, segment: _Segment) -> None:
         if segment.unwritten_size:
             write_parts_at(self._segment_fd(segment), segment.unwritten, segment.size)
+            sink = CHANGES.sink
+            if sink is not None and self.durable:
+                sink.written(segment_path(self.path, segment.id), segment.size, b"".join(segment.unwritten))
             self._disk_writes += 1
             segment.size += segment.unwritten_size
             self._forget_unwritten(segment)
@@ -730,6 +733,9 @@ class SegmentStore:
             if self._segments.get(segment.id) is segment:  # else deleted: its acks no longer matter
                 data = positions_bytes(segment.pending_acks)
                 write_at(self._ack_fd(segment), data, segment.ack_size)
+                sink = CHANGES.sink
+                if sink is not None and self.durable:
+                    sink.written(ack_path(self.path, segment.id), segment.ack_size, data)
                 segment.ack_size += len(data)
                 del segment.pending_acks[:]
                 self._sync_acks.append(segment)
@@ -741,9 +747,9 @@ class SegmentStore:
         if self._cursor is segment:
             self._move_cursor(self._segment_after(segment))
         if segment.size or segment.fd >= 0:  # else never written: there is no file
-            os.unlink(segment_path(self.path, segment.id))
+            changes.remove_file(segment_path(self.path, segment.id))
         if segment.ack_size >= 0:
-            os.unlink(ack_path(self.path, segment.id))
+            changes.remove_file(ack_path(self.path, segment.id))
         OPEN_FILES.release(segment)
         if segment in self._sync_segments:
             self._sync_segments.remove(segment)
@@ -781,8 +787,8 @@ class SegmentStore:
                 continue
             if scanned is None or not scanned.live:
                 os.close(fd)
-                path.unlink()
-                acks.unlink(missing_ok=True)
+                changes.remove_file(path)
+                changes.remove_file(acks, missing_ok=True)
                 continue
             segment = _Segment(segment_id, fd, scanned.size, scanned.live, scanned.skip)
             segment.persistent = True

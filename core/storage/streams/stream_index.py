@@ -28,6 +28,7 @@ from array import array
 from bisect import bisect_left
 from pathlib import Path
 
+from lavin.storage import changes
 from lavin.storage.segments.record import FILE_HEADER_SIZE, HEADER_SIZE
 from lavin.storage.segments.segment_files import numbered_path, scan_records
 
@@ -147,7 +148,7 @@ def describes(index: SegmentIndex | None, first_offset: int, segment_size: int) 
 def save_index(path: Path, index: SegmentIndex) -> None:
     """Write the index of a sealed segment whose data is on disk. No fsync: an index lost in
     a crash only costs a scan at the next start."""
-    path.write_bytes(index.to_bytes())
+    changes.write_whole(path, index.to_bytes())
 
 
 def scan_index(fd: int, path: Path, first_offset: int) -> SegmentIndex | None:

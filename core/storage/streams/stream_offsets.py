@@ -18,6 +18,8 @@ import struct
 import zlib
 from pathlib import Path
 
+from lavin.storage import changes
+from lavin.storage.changes import CHANGES
 from lavin.storage.disk import fsync_directory
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,9 @@ class ConsumerOffsets:
             self._rewrite(self._offsets)
         self._records = len(self._offsets)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sink = CHANGES.sink
+        if sink is not None:
+            sink.written(self.path, 0, b"")  # creates the file when it is new
 
     def get(self, tag: str) -> int | None:
         return self._offsets.get(tag.encode())
@@ -67,7 +72,7 @@ class ConsumerOffsets:
         data = b"".join(_record(tag, offset) for tag, offset in self._pending.items())
         self._records += len(self._pending)
         self._pending.clear()
-        os.write(self._fd, data)
+        changes.append(self._fd, self.path, data)
         if self._records > max(_COMPACT_MIN_RECORDS, _COMPACT_FACTOR * len(self._offsets)):
             self._offsets = {tag: offset for tag, offset in self._offsets.items() if offset >= first_offset}
             os.close(self._fd)
@@ -103,10 +108,11 @@ class ConsumerOffsets:
     def _rewrite(self, offsets: dict[bytes, int]) -> None:
         temporary = self.path.with_name(OFFSETS_FILE + ".tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        data = b"".join(_record(tag, offset) for tag, offset in offsets.items())
         try:
-            os.write(fd, b"".join(_record(tag, offset) for tag, offset in offsets.items()))
+            os.write(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temporary, self.path)
+        changes.install(temporary, self.path, data)
         fsync_directory(self.path.parent)

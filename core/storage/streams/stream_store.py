@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import struct
 import zlib
 from bisect import bisect_left, bisect_right
@@ -28,7 +27,8 @@ from typing import ClassVar
 
 from lavin.api.message import Message, is_persistent
 from lavin.api.queue import Retention, StreamType
-from lavin.storage import quarantine
+from lavin.storage import changes, quarantine
+from lavin.storage.changes import CHANGES
 from lavin.storage.disk import ensure_directory
 from lavin.storage.segments.open_files import OPEN_FILES, PooledDirectory
 from lavin.storage.segments.record import (
@@ -393,7 +393,7 @@ class StreamStore(StreamType):
         """Release the files and remove the directory."""
         self._write_buffer.clear()
         self._close_files()
-        shutil.rmtree(self.path, ignore_errors=True)
+        changes.remove_tree(self.path)
 
     # -- files -----------------------------------------------------------------------------
 
@@ -444,6 +444,9 @@ class StreamStore(StreamType):
         except OSError:
             self._write_failing = True
             raise
+        sink = CHANGES.sink
+        if sink is not None:
+            sink.written(segment_path(self.path, self._write.id), self._written_bytes, bytes(buffer))
         self._write_failing = False
         self._written_bytes += len(buffer)
         buffer.clear()
@@ -454,8 +457,8 @@ class StreamStore(StreamType):
         new_first = segments[count]
         self._save_first_segment(new_first.id, new_first.index.first_offset)
         for segment in segments[:count]:
-            os.unlink(segment_path(self.path, segment.id))
-            index_path(self.path, segment.id).unlink(missing_ok=True)
+            changes.remove_file(segment_path(self.path, segment.id))
+            changes.remove_file(index_path(self.path, segment.id), missing_ok=True)
             self._bytes -= segment.index.size
             OPEN_FILES.release(segment)
         del segments[:count]
@@ -463,14 +466,15 @@ class StreamStore(StreamType):
     def _save_first_segment(self, segment_id: int, first_offset: int) -> None:
         """Replace `first_segment` atomically and durably."""
         data = _FIRST_SEGMENT.pack(segment_id, first_offset)
+        content = data + _CRC.pack(zlib.crc32(data))
         temporary = self.path / (FIRST_SEGMENT_FILE + ".tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, data + _CRC.pack(zlib.crc32(data)))
+            os.write(fd, content)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temporary, self.path / FIRST_SEGMENT_FILE)
+        changes.install(temporary, self.path / FIRST_SEGMENT_FILE, content)
         os.fsync(self._directory.open())
 
     def _load_first_segment(self) -> tuple[int, int] | None:
@@ -508,8 +512,8 @@ class StreamStore(StreamType):
         first_id, offset = first
         for segment_id in segment_ids:
             if segment_id < first_id:  # retention was deleting it when the broker stopped
-                segment_path(self.path, segment_id).unlink()
-                index_path(self.path, segment_id).unlink(missing_ok=True)
+                changes.remove_file(segment_path(self.path, segment_id))
+                changes.remove_file(index_path(self.path, segment_id), missing_ok=True)
         kept = [segment_id for segment_id in segment_ids if segment_id >= first_id]
         saved = [load_index(index_path(self.path, segment_id)) for segment_id in kept]
         for number, segment_id in enumerate(kept):
@@ -549,15 +553,15 @@ class StreamStore(StreamType):
             fd, index = -1, None
         if index is None and fd >= 0:  # a file without a header
             os.close(fd)
-            path.unlink()
+            changes.remove_file(path)
             fd = -1
         if held > (index.end_offset if index is not None else first_offset):
             fd, index = self._fill_with_holes(segment_id, fd, index or SegmentIndex(first_offset), held)
         if index is None or not index.count:
             if fd >= 0:
                 os.close(fd)
-                path.unlink()
-            index_path(self.path, segment_id).unlink(missing_ok=True)
+                changes.remove_file(path)
+            changes.remove_file(index_path(self.path, segment_id), missing_ok=True)
             return None
         os.fsync(fd)  # what recovery hands out must stay, even after a power loss
         save_index(index_path(self.path, segment_id), index)
@@ -578,6 +582,9 @@ class StreamStore(StreamType):
             data, position = FILE_HEADER_BYTES + data, 0
         if os.pwrite(fd, data, position) != len(data):
             raise OSError(f"{segment_path(self.path, segment_id)}: short write of holes at byte {position}")
+        sink = CHANGES.sink
+        if sink is not None:
+            sink.written(segment_path(self.path, segment_id), position, data)
         for _ in range(count):
             index.add(index.size, FIXED_SIZE, timestamp)
         log.error(

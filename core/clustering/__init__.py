@@ -1,0 +1,1 @@
+"""The clustering front-end: leader election on etcd and data-dir replication."""
