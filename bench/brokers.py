@@ -257,6 +257,28 @@ def rabbitmq_tls_config(amqps_port: int, certificates: Certificates) -> str:
     )
 
 
+def rabbitmq_environment(base: Path, home: Path, nodename: str, port: int) -> dict[str, str]:
+    """How `rabbitmq-server` and `rabbitmqctl` reach a private node whose files are all under
+    `base` and whose Erlang cookie is in `home`: loopback only, a free distribution port."""
+    return {
+        **os.environ,
+        "HOME": str(home),
+        "RABBITMQ_NODENAME": nodename,
+        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+        "RABBITMQ_NODE_PORT": str(port),
+        "RABBITMQ_DIST_PORT": str(free_port()),
+        "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(base / "log"),
+        "RABBITMQ_LOGS": "-",
+        "RABBITMQ_PID_FILE": str(base / "pid"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
+        # Only this run's files, rather than whatever /etc/rabbitmq holds.
+        "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
+        "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
+        "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
+    }
+
+
 @contextmanager
 def rabbitmq(
     workdir: Path, *, certificates: Certificates | None = None, plugins: Sequence[str] = (), instance: str = ""
@@ -272,23 +294,7 @@ def rabbitmq(
     amqps_port = free_port() if certificates is not None else None
     config = "" if certificates is None else rabbitmq_tls_config(amqps_port or 0, certificates)
     (base / "rabbitmq.conf").write_text(config)
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "RABBITMQ_NODENAME": f"lavin-compare-{os.getpid()}{instance}@localhost",
-        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
-        "RABBITMQ_NODE_PORT": str(port),
-        "RABBITMQ_DIST_PORT": str(free_port()),
-        "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
-        "RABBITMQ_LOG_BASE": str(base / "log"),
-        "RABBITMQ_LOGS": "-",
-        "RABBITMQ_PID_FILE": str(base / "pid"),
-        "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
-        # Only this run's files, rather than whatever /etc/rabbitmq holds.
-        "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
-        "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
-        "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
-    }
+    env = rabbitmq_environment(base, home, f"lavin-compare-{os.getpid()}{instance}@localhost", port)
     epmd_was_running = port_accepts(EPMD_PORT)
     log = base / "rabbitmq.log"
     with open(log, "wb") as output:
@@ -303,6 +309,11 @@ def rabbitmq(
         yield Broker(name, loopback_uri(port), pid, amqps_uri, ca, shovels=shovels, control_env=env)
     finally:
         stop_process(process, name)
-        epmd = shutil.which("epmd")
-        if not epmd_was_running and epmd is not None:  # the node started it; leave no daemon behind
-            subprocess.run([epmd, "-kill"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        stop_epmd_unless(epmd_was_running)
+
+
+def stop_epmd_unless(was_running: bool) -> None:
+    """After the last node stops: the first node started epmd; leave no daemon behind."""
+    epmd = shutil.which("epmd")
+    if not was_running and epmd is not None:
+        subprocess.run([epmd, "-kill"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)

@@ -2,7 +2,7 @@
 
     bench/compare [--duration 5] [--rounds 3] [--connections 1000] [--queues 2000] [--only WORD]
                   [--shovel-messages 200000] [--peer NAME=URI[,START_CMD]] [--peer-pid NAME=PID]
-                  [--no-rabbitmq]
+                  [--no-rabbitmq] [--cluster [--failover-kills 20]]
 
 Starts a Lavin and a private RabbitMQ node (`lavin.bench.brokers`; rabbitmq-server is
 installed with apt-get when missing), both with AMQPS on a certificate made for the run,
@@ -12,9 +12,11 @@ hits all, and prints a Markdown table of the medians: the figure compared, the r
 Lavin to each other broker, and each broker's CPU time per message (or queue, or
 connection) read from /proc when its pid is known. Last come the shovel rows
 (`lavin.bench.shovel`): a backlog moved by each broker's own shovel, queue to queue and to
-a second broker of the same kind. A scenario a broker cannot run (AMQP
-over WebSocket on RabbitMQ 3.10, AMQPS on a peer without `{amqps_port}`, a figure read
-from /proc without a pid) shows n/a.
+a second broker of the same kind. With `--cluster`, a second table follows
+(`lavin.bench.cluster_rows`): persistent publishes with confirms on a 3-node Lavin cluster
+against a 3-node RabbitMQ cluster's quorum queue, and the Lavin cluster's failover time.
+A scenario a broker cannot run (AMQP over WebSocket on RabbitMQ 3.10, AMQPS on a peer
+without `{amqps_port}`, a figure read from /proc without a pid) shows n/a.
 """
 
 from __future__ import annotations
@@ -196,6 +198,10 @@ def run_scenario(scenario: Scenario, broker: Broker, duration: float) -> Measure
         print(f"failed ({done.returncode}): {done.stderr.strip()}", file=sys.stderr)
         return Measured(None, None)
     result = json.loads(done.stdout)
+    lost = result.get("verify", {}).get("lost", 0)
+    if lost:  # a figure from a broker that lost messages compares nothing
+        print(f"failed: {lost} messages lost ({result['verify']})", file=sys.stderr)
+        return Measured(None, None)
     measured = Measured(dig(result, scenario.metric), dig(result, scenario.cpu_metric))
     tls = result.get("tls")
     session = f" ({tls['version']} {tls['cipher']})" if tls else ""
@@ -319,6 +325,18 @@ def main() -> None:
         help="messages each shovel row moves (default 200000)",
     )
     parser.add_argument("--no-rabbitmq", action="store_true", help="compare against the peers only")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also the 3-node cluster rows: Lavin on etcd against RabbitMQ with a quorum queue",
+    )
+    parser.add_argument(
+        "--failover-kills",
+        type=int,
+        default=20,
+        metavar="N",
+        help="leader kills the --cluster failover time is measured over (default 20; 0 = none)",
+    )
     args = parser.parse_args()
     if args.shovel_messages < 1:
         parser.error("--shovel-messages must be at least 1")
@@ -355,6 +373,12 @@ def main() -> None:
         for shovel_row in shovel_rows:
             rows.append(run_shovel_rows(shovel_row, brokers, twin_starters, args.rounds))
     print_table([broker.name for broker in brokers], rows)
+    if args.cluster:
+        # Imported here: the cluster rows build on this module's scenarios and table.
+        from lavin.bench.cluster_rows import run_cluster_rows
+
+        with tempfile.TemporaryDirectory(prefix="lavin-compare-cluster-") as workdir:
+            run_cluster_rows(Path(workdir), args.duration, args.rounds, args.failover_kills)
 
 
 if __name__ == "__main__":

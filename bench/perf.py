@@ -87,6 +87,8 @@ def _message_options(routing: bool = True) -> argparse.ArgumentParser:
         parser.add_argument("-u", "--queue", default="perf-test", help="queue name prefix (default %(default)s)")
         return parser
     parser.add_argument("-u", "--queue", default="perf-test", help="queue name; declared, purged and deleted")
+    parser.add_argument("--queue-type", default="", metavar="TYPE",
+                        help="declare the queue with this x-queue-type, such as quorum (default: none)")  # fmt: skip
     parser.add_argument("-e", "--exchange", default="", help="publish through this exchange (direct, declared)")
     parser.add_argument("-k", "--routing-key", help="binding and routing key (default: the queue name)")
     return parser
@@ -265,6 +267,7 @@ def load_spec(args: argparse.Namespace, stamp: Stamp, producers: int) -> LoadSpe
     return LoadSpec(
         address=broker_address(args),
         queue=args.queue,
+        queue_type=getattr(args, "queue_type", ""),
         exchange=getattr(args, "exchange", ""),
         routing_key=getattr(args, "routing_key", None) or args.queue,
         size=args.size,

@@ -27,7 +27,8 @@ def _owns_exchange(spec: LoadSpec) -> bool:
 def declare_queue(spec: LoadSpec) -> None:
     """Declare the run's queue (durable when messages are persistent), bind it, empty it."""
     with connect(spec.address) as connection:
-        declare = commands.Queue.Declare(queue=spec.queue, durable=spec.persistent)
+        arguments = {"x-queue-type": spec.queue_type} if spec.queue_type else {}
+        declare = commands.Queue.Declare(queue=spec.queue, durable=spec.persistent, arguments=arguments)
         connection.call(declare, commands.Queue.DeclareOk, CHANNEL)
         if _owns_exchange(spec):
             exchange = commands.Exchange.Declare(

@@ -74,6 +74,7 @@ class LoadSpec:
     prefetch: int
     stamp: Stamp
     routing_keys: tuple[str, ...] = ()  # publish to each in turn instead of to routing_key
+    queue_type: str = ""  # the queue's x-queue-type argument (quorum); "" = none
 
     @property
     def keys(self) -> tuple[str, ...]:

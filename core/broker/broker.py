@@ -61,7 +61,6 @@ class Broker(AuthContext):
         self.group_commit = GroupCommit(self.loop)
         self.replies = ReplyRegistry()
         self.alarms = ResourceAlarms(config)
-        self.cluster: ClusterStatusSource | None = None  # a cluster's leader: what it knows of the cluster
         self.stats = MessageStats(config.collect_statistics_interval / 1000, self.connections, self.vhosts)
         # (protocol, address, port) of each listener, for the management API: set by the server.
         self.listeners: list[tuple[str, str, int]] = []
