@@ -120,7 +120,8 @@ class LavinCluster:
             return None
         values = [base64.b64decode(kv.get("value", "")).decode(errors="replace") for kv in found.get("kvs", [])]
         for node in self.nodes:
-            if any(node.advertised_uri in value for value in values) and node.running:
+            address = node.advertised_uri.removeprefix("tcp://")  # the leader key holds host:port
+            if any(address in value for value in values) and node.running:
                 return node.index
         return None
 

@@ -60,7 +60,7 @@ class FollowerLink(asyncio.Protocol):
         self.connected = True
         self._writable.set()
         self._last_heard = asyncio.get_running_loop().time()
-        transport.write(wire.frame(wire.CHALLENGE, self._challenge))
+        self._transport.write(wire.frame(wire.CHALLENGE, self._challenge))
         self._spawn(self._keep_alive())
 
     def connection_lost(self, exc: Exception | None) -> None:

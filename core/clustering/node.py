@@ -97,7 +97,7 @@ class ClusterNode:
         self.etcd_health: tuple[EtcdHealth, ...] = ()
         self.progress = (0, 0, False)  # a follower's: stream bytes written, bytes sent, in sync
         self.replicas: InSyncReplicas | None = None
-        self.front = FollowerFront(self.prebound, self.leader_amqp)
+        self.front = FollowerFront(config, self.prebound, self.leader_amqp, self.status)
         self._ready = False
 
     # --- the node's life -------------------------------------------------------------------
