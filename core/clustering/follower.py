@@ -18,7 +18,7 @@ from typing import Final
 
 from lavin.clustering import wire
 from lavin.clustering.leader import proof
-from lavin.storage.change_applier import ChangeApplier, UnsafePath
+from lavin.storage.change_applier import ChangeApplier
 from lavin.storage.data_dir_index import FileEntry, index_data_dir
 from lavin.storage.disk import fsync_directory
 
@@ -55,6 +55,8 @@ class Follower:
         self._in_sync = False
         self._writer: asyncio.StreamWriter | None = None
         self._applying: asyncio.Task[None] | None = None
+        self._failure: Exception | None = None  # a batch that could not be written
+        self._files_written = False  # every file of the full sync is written
 
     @staticmethod
     def consistent(root: Path) -> bool:
@@ -75,6 +77,8 @@ class Follower:
         frames = wire.FrameReader()
         while True:
             data = await asyncio.wait_for(reader.read(READ_SIZE), IDLE_TIMEOUT)
+            if self._failure is not None:
+                raise self._failure
             if not data:
                 raise ConnectionError("the leader closed the connection")
             for kind, payload in frames.feed(data):
@@ -137,21 +141,29 @@ class Follower:
         fsync_directory(self.root)
 
     def _start_applying(self) -> None:
-        changes, self._pending = self._pending, []
-        self._pending_bytes = 0
-        received = self._received
-        self._applying = asyncio.ensure_future(self._apply(changes, received))
+        self._applying = asyncio.ensure_future(self._apply())
 
-    async def _apply(self, changes: list[wire.Change], received: int) -> None:
-        try:
-            await asyncio.to_thread(self._write_all, changes)
-        except (UnsafePath, OSError) as exc:
-            log.error("Could not apply the leader's changes: %s", exc)
-            if self._writer is not None:
-                self._writer.close()
-            return
-        self._written = received
-        self._acknowledge()
+    async def _apply(self) -> None:
+        """Write what came in, batch after batch, in a worker thread; acknowledge each batch
+        once it is on disk. A batch that cannot be written ends the connection (`run`
+        raises): nothing after it may be acknowledged."""
+        while self._pending:
+            changes, self._pending = self._pending, []
+            self._pending_bytes = 0
+            received, sync_point = self._received, self._streaming
+            try:
+                await asyncio.to_thread(self._write_all, changes)
+            except (ValueError, OSError) as exc:  # UnsafePath is a ValueError
+                log.error("Could not apply the leader's changes: %s", exc)
+                self._failure = exc
+                if self._writer is not None:
+                    self._writer.close()
+                return
+            self._written = received
+            # The files of the full sync all came before SYNCED: once a batch taken after it
+            # is written, so are they, and an acknowledgement means the data dir is whole.
+            self._files_written = self._files_written or sync_point
+            self._acknowledge()
 
     def _write_all(self, changes: list[wire.Change]) -> None:
         applier = self._applier
@@ -170,7 +182,7 @@ class Follower:
         applier.sync()
 
     def _acknowledge(self) -> None:
-        if not self._streaming or self._writer is None or self._writer.is_closing():
+        if not self._files_written or self._writer is None or self._writer.is_closing():
             return
         self._writer.write(wire.u64_frame(wire.ACK, self._written))
         if self._in_sync and self._written >= self._leader_sent:

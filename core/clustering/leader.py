@@ -40,7 +40,8 @@ class FollowerLink(asyncio.Protocol):
         self.server = server
         self.node = ""
         self.acknowledged = 0
-        self.streaming = False
+        self.streaming = False  # synced: its files are written, it follows the stream
+        self._files_sent = False
         self.connected = False
         self.in_sync = False
         self._start = 0  # the stream position this follower's stream begins at
@@ -101,8 +102,10 @@ class FollowerLink(asyncio.Protocol):
             self.close(str(exc))
 
     def _handle(self, kind: int, payload: bytes) -> None:
-        if kind == wire.ACK and self.streaming:
+        if kind == wire.ACK and self._files_sent:
+            # The follower acknowledges only once every file of its sync is written.
             self.acknowledged = self._start + wire.decode_u64(payload)
+            self.streaming = True
             self.server.replicas.release()
         elif kind == wire.AUTH and not self.node:
             self._login(wire.decode_json(payload))
@@ -148,7 +151,7 @@ class FollowerLink(asyncio.Protocol):
             self._write(data)
         self._sent += self._backlog_bytes
         self._backlog_bytes = 0
-        self.streaming = True
+        self._files_sent = True
         log.info("Follower %s synced %d files; streaming", self.node, len(wanted))
 
     async def _send_file(self, root: Path, path: str) -> None:
@@ -201,7 +204,7 @@ class FollowerLink(asyncio.Protocol):
             if loop.time() - self._last_heard > (IDLE_TIMEOUT if self.node else LOGIN_TIMEOUT):
                 self.close("silent for too long")
                 return
-            if self.streaming:
+            if self._files_sent:
                 self._write(wire.tick_frame(self._sent, self.in_sync))
 
 

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -111,6 +111,7 @@ class ClusterNode:
             while not self.stop_requested.is_set():
                 await self._next_role()
         finally:
+            notify_systemd("STOPPING=1")
             for task in background:
                 task.cancel()
             await self.front.stop()
@@ -182,21 +183,24 @@ class ClusterNode:
             )
             await asyncio.sleep(REFRESH_INTERVAL)
 
-    def _write_ready(self) -> None:
+    def _write_ready(self, serving: Sequence[tuple[str, str, int]] = ()) -> None:
+        """Once, when the node first has a role: the ports it holds for its life, and those a
+        leader's broker opened besides (`serving`: the Prometheus listener)."""
         if self._ready:
             return
         self._ready = True
         if self.ready_file is not None:
-            listeners = [
+            held = [
                 (protocol, bind, port)
-                for protocol, bind, name in (
-                    ("amqp", self.config.bind, "amqp"),
-                    ("http", self.config.http_bind, "http"),
-                    ("clustering", self.config.clustering_bind, "clustering"),
+                for protocol, bind in (
+                    ("amqp", self.config.bind),
+                    ("http", self.config.http_bind),
+                    ("clustering", self.config.clustering_bind),
                 )
-                if (port := self.prebound.port(name)) is not None
+                if (port := self.prebound.port(protocol)) is not None
             ]
-            write_ready_file(self.ready_file, listeners)
+            others = [listener for listener in serving if listener[0] not in ("amqp", "http")]
+            write_ready_file(self.ready_file, held + others)
         notify_systemd("READY=1")
 
     # --- choosing a role -------------------------------------------------------------------
@@ -275,7 +279,7 @@ class ClusterNode:
         listening = self.prebound.take("clustering")
         assert listening is not None  # bound in _bind
         await server.start(listening)
-        self._write_ready()
+        self._write_ready(running.broker.listeners)
         watch = asyncio.ensure_future(replicas.watch())
         why = await self._hold_leadership()
         watch.cancel()
