@@ -28,6 +28,7 @@ SYNC_MARKER: Final = ".clustering_syncing"  # not replicated (lavin.storage.data
 CONNECT_TIMEOUT: Final = 5.0
 IDLE_TIMEOUT: Final = 10.0  # seconds without a frame (the leader ticks every second)
 READ_SIZE: Final = 256 * 1024
+SYNC_POINT: Final = wire.Change(wire.SYNCED, "")  # where the full sync's files end, among the changes
 MAX_UNAPPLIED: Final = 64 * 1024 * 1024  # received, not yet written: reading waits beyond it
 
 
@@ -101,6 +102,7 @@ class Follower:
             writer.write(wire.json_frame(wire.WANT, wanted))
         elif kind == wire.SYNCED:
             self._streaming = True
+            self._pending.append(SYNC_POINT)  # a batch ends here, even with no file to write
         elif kind == wire.TICK:
             self._leader_sent, self._in_sync = wire.decode_tick(payload)
             if self._applying is None or self._applying.done():
@@ -150,7 +152,7 @@ class Follower:
         while self._pending:
             changes, self._pending = self._pending, []
             self._pending_bytes = 0
-            received, sync_point = self._received, self._streaming
+            received, sync_point = self._received, SYNC_POINT in changes
             try:
                 await asyncio.to_thread(self._write_all, changes)
             except (ValueError, OSError) as exc:  # UnsafePath is a ValueError
@@ -160,8 +162,9 @@ class Follower:
                     self._writer.close()
                 return
             self._written = received
-            # The files of the full sync all came before SYNCED: once a batch taken after it
-            # is written, so are they, and an acknowledgement means the data dir is whole.
+            # The files of the full sync all came before SYNCED: once the batch that holds it
+            # is written, so are they, and from then on an acknowledgement means the data dir
+            # is whole.
             self._files_written = self._files_written or sync_point
             self._acknowledge()
 
@@ -169,6 +172,8 @@ class Follower:
         applier = self._applier
         for change in changes:
             kind = change.kind
+            if change is SYNC_POINT:
+                continue
             if kind == wire.WRITE:
                 applier.write(change.path, change.offset, change.data)
             elif kind == wire.TRUNCATE:

@@ -32,16 +32,13 @@ class FollowerFront:
         if self._amqp is not None:
             return
         config = self.config
-        listening = self.prebound.take("amqp")
-        assert listening is not None  # bound by the node first
         self._amqp = AmqpProxy(self.leader_amqp)
-        await self._amqp.start(listening)
-        http_socket = self.prebound.take("http")
-        if http_socket is not None:
+        self._amqp.start(self.prebound)
+        if self.prebound.port("http") is not None:
             limits = HttpLimits(capped_to_descriptors(config.http_max_connections), config.http_idle_timeout)
             app = build_follower_app(self.status, config.data_dir, trusted=False)
             self._http = HttpListener(
-                app, config.http_bind, 0, "cluster follower's management API", limits, listening=http_socket
+                app, config.http_bind, 0, "cluster follower's management API", limits, prebound=(self.prebound, "http")
             )
             await self._http.start()
         control_app = build_follower_app(self.status, config.data_dir, trusted=True)
@@ -52,7 +49,7 @@ class FollowerFront:
 
     async def stop(self) -> None:
         if self._amqp is not None:
-            await self._amqp.stop()
+            self._amqp.stop()
             self._amqp = None
         if self._http is not None:
             await self._http.stop()

@@ -9,7 +9,6 @@ import hmac
 import logging
 import os
 import secrets
-import socket
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Final, cast
@@ -17,6 +16,7 @@ from typing import Any, Final, cast
 from lavin.clustering import wire
 from lavin.clustering.replicas import InSyncReplicas
 from lavin.clustering.stream import ChangeStream
+from lavin.listeners.prebound import Attachment, PreboundSockets
 from lavin.storage.data_dir_index import index_data_dir, is_replicated
 
 log = logging.getLogger(__name__)
@@ -217,21 +217,19 @@ class ReplicationServer:
         self.stream = stream
         self.replicas = replicas
         self.links: set[FollowerLink] = set()
-        self._server: asyncio.Server | None = None
+        self._attachment: Attachment | None = None
 
-    async def start(self, listening: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._link, sock=listening)
+    def start(self, listeners: PreboundSockets) -> None:
+        self._attachment = listeners.attach("clustering", self._link)
 
     def _link(self) -> FollowerLink:
         link = FollowerLink(self)
         self.links.add(link)
         return link
 
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+    def stop(self) -> None:
+        if self._attachment is not None:
+            self._attachment.close()
+            self._attachment = None
         for link in list(self.links):
             link.close("the leader steps down")
-        if self._server is not None:
-            await self._server.wait_closed()

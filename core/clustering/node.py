@@ -102,7 +102,7 @@ class ClusterNode:
 
     # --- the node's life -------------------------------------------------------------------
     async def run(self) -> None:
-        self._bind()
+        await self._bind()
         background: list[asyncio.Task[None]] = []
         try:
             if not await self._until_etcd(self._join):
@@ -117,17 +117,17 @@ class ClusterNode:
             await self.front.stop()
             await self.lease.revoke()
             await self.etcd.close()
-            self.prebound.close()
+            await self.prebound.close()
             if self.ready_file is not None:
                 remove_ready_file(self.ready_file)
 
-    def _bind(self) -> None:
+    async def _bind(self) -> None:
         config = self.config
-        amqp_port = self.prebound.bind("amqp", config.bind, config.amqp_port)
+        amqp_port = await self.prebound.bind("amqp", config.bind, config.amqp_port)
         http_port = None
         if config.http_port != DISABLED_PORT:
-            http_port = self.prebound.bind("http", config.http_bind, config.http_port)
-        replication_port = self.prebound.bind("clustering", config.clustering_bind, config.clustering_port)
+            http_port = await self.prebound.bind("http", config.http_bind, config.http_port)
+        replication_port = await self.prebound.bind("clustering", config.clustering_bind, config.clustering_port)
         if config.clustering_advertised_uri:
             advertised_host, advertised_port = split_address(config.clustering_advertised_uri)
         else:
@@ -256,6 +256,7 @@ class ClusterNode:
     # --- leading ---------------------------------------------------------------------------
     async def _lead(self) -> None:
         if not await self._publish_isr([self.name]):
+            await self._pause(RETRY_DELAY)
             return
         log.info("Node %s is the leader", self.name)
         self.leader = self.record
@@ -276,9 +277,7 @@ class ClusterNode:
             CHANGES.sink = None
             self.replicas = None
             raise
-        listening = self.prebound.take("clustering")
-        assert listening is not None  # bound in _bind
-        await server.start(listening)
+        server.start(self.prebound)
         self._write_ready(running.broker.listeners)
         watch = asyncio.ensure_future(replicas.watch())
         why = await self._hold_leadership()
@@ -286,7 +285,7 @@ class ClusterNode:
         await running.stop()
         if why is None:  # stopping: let the followers write what the shutdown wrote
             await self._hand_over(replicas)
-        await server.stop()
+        server.stop()
         CHANGES.sink = None
         self.replicas = None
         self.leader = None
@@ -349,6 +348,7 @@ class ClusterNode:
                 log.warning("Replication from %s ended: %s", leader.name, exc)
                 await self._pause(RETRY_DELAY)
             self.progress = (0, 0, False)
+            self.leader = None  # until the leader key names one again: clients are not passed to a gone leader
 
     def _progressed(self, written: int, sent: int, in_sync: bool) -> None:
         self.progress = (written, sent, in_sync)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import Callable
 from typing import Final, cast
+
+from lavin.listeners.prebound import Attachment, PreboundSockets
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ class _Pipe(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.peer: _Pipe | None = None
+        self.lost = False  # closed, perhaps before its peer was known
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio's subclasses
@@ -33,6 +35,7 @@ class _Pipe(asyncio.Protocol):
             self.peer.transport.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
         if self.peer is not None and self.peer.transport is not None:
             self.peer.transport.close()
 
@@ -79,6 +82,9 @@ class ProxiedClient(_Pipe):
         if self.transport is None or self.transport.is_closing():
             upstream.close()
             return
+        if upstream.lost:  # the leader's side closed before it could be told who to pass that on to
+            self.close()
+            return
         upstream.peer, self.peer = self, upstream
         if self._early and upstream.transport is not None:
             upstream.transport.write(bytes(self._early))
@@ -100,24 +106,21 @@ class ProxiedClient(_Pipe):
 
 
 class AmqpProxy:
-    """The follower's AMQP listener, on the node's own socket."""
+    """The follower's side of the node's AMQP listener."""
 
     def __init__(self, leader: LeaderAmqp) -> None:
         self._leader = leader
         self._clients: set[ProxiedClient] = set()
-        self._server: asyncio.Server | None = None
+        self._attachment: Attachment | None = None
 
-    async def start(self, listening: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: ProxiedClient(self._leader, self._clients), sock=listening)
+    def start(self, listeners: PreboundSockets) -> None:
+        self._attachment = listeners.attach("amqp", lambda: ProxiedClient(self._leader, self._clients))
 
-    async def stop(self) -> None:
-        """Close the listener's duplicate and every connection passed through: their leader
-        is gone or is this node now."""
-        if self._server is not None:
-            self._server.close()
+    def stop(self) -> None:
+        """Stop serving the port, and close every connection passed through: their leader is
+        gone or is this node now."""
+        if self._attachment is not None:
+            self._attachment.close()
+            self._attachment = None
         for client in list(self._clients):
             client.close()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None

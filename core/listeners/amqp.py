@@ -13,7 +13,7 @@ from pathlib import Path
 from lavin.amqp.connection import Connection
 from lavin.broker.broker import Broker
 from lavin.config import DISABLED_PORT, Config, StartupError
-from lavin.listeners.prebound import PreboundSockets
+from lavin.listeners.prebound import PreboundSockets, ServingPort
 from lavin.transport.proxy_protocol import ProxyHeaderReader, TrustedSources
 from lavin.transport.tls import TlsCertificates
 from lavin.transport.tls_stream import TlsServerProtocol
@@ -33,15 +33,15 @@ class AmqpListeners:
         certificates: TlsCertificates | None,
         prebound: PreboundSockets | None = None,
     ) -> None:
-        """`prebound`: sockets a cluster node bound for its life, used instead of binding
-        (by scheme: `amqp`)."""
+        """`prebound`: a cluster node's listeners, bound for its life, served instead of
+        binding (by scheme: `amqp`)."""
         self.broker = broker
         self.prebound = prebound
         self.config = config
         self.certificates = certificates
-        self.servers: list[asyncio.Server] = []
-        self.tcp: asyncio.Server | None = None
-        self.tls: asyncio.Server | None = None
+        self.servers: list[ServingPort] = []
+        self.tcp: ServingPort | None = None
+        self.tls: ServingPort | None = None
         self._unix_socket: tuple[Path, int] | None = None  # path and inode, to remove it on close
 
     def connection(self) -> Connection:
@@ -74,17 +74,15 @@ class AmqpListeners:
             return make
         return lambda: ProxyHeaderReader(make, trusted)
 
-    async def _listen(self, scheme: str, port: int, factory: ProtocolFactory) -> asyncio.Server:
+    async def _listen(self, scheme: str, port: int, factory: ProtocolFactory) -> ServingPort:
         loop = asyncio.get_running_loop()
         bind = self.config.bind
-        listening = None if self.prebound is None else self.prebound.take(scheme)
-        try:
-            if listening is not None:
-                server = await loop.create_server(factory, sock=listening)
-            else:
+        server: ServingPort | None = None if self.prebound is None else self.prebound.attach(scheme, factory)
+        if server is None:
+            try:
                 server = await loop.create_server(factory, bind, port, reuse_address=True)
-        except OSError as exc:
-            raise StartupError(f"cannot listen on {bind}:{port} ({scheme}): {exc}") from exc
+            except OSError as exc:
+                raise StartupError(f"cannot listen on {bind}:{port} ({scheme}): {exc}") from exc
         self.servers.append(server)
         for listening_socket in server.sockets:
             host, bound_port = listening_socket.getsockname()[:2]

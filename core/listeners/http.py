@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from aiohttp import http_exceptions, web
 from lavin.api.printable import printable
 from lavin.config import StartupError
 from lavin.listeners.connection_gate import ConnectionGate
+from lavin.listeners.prebound import PreboundSockets, ServingPort
 from lavin.transport.tls import TlsCertificates
 from lavin.transport.tls_stream import TlsServerProtocol
 from lavin.transport.unix import bind_unix_socket, unlink_socket
@@ -63,7 +63,7 @@ class GatedSite(web.BaseSite):
         runner: web.AppRunner,
         name: str,
         gate: ConnectionGate,
-        serve: Callable[[ProtocolFactory], Awaitable[asyncio.Server]],
+        serve: Callable[[ProtocolFactory], Awaitable[ServingPort]],
         *,
         tls: TlsCertificates | None = None,
     ) -> None:
@@ -72,7 +72,7 @@ class GatedSite(web.BaseSite):
         self.gate = gate
         self.serve = serve
         self.tls = tls
-        self.listening: asyncio.Server | None = None
+        self.listening: ServingPort | None = None
 
     @property
     def name(self) -> str:
@@ -107,11 +107,11 @@ class HttpListener:
         *,
         tls: tuple[int, TlsCertificates] | None = None,
         unix_path: Path | None = None,
-        listening: socket.socket | None = None,
+        prebound: tuple[PreboundSockets, str] | None = None,
     ) -> None:
-        """`listening`: a socket bound already (a cluster node's, kept across its roles),
-        served instead of binding `port`."""
-        self.listening = listening
+        """`prebound`: a cluster node's listener (and its name there), bound for the node's
+        life, served instead of binding `port`."""
+        self.prebound = prebound
         self.bind = bind
         self.port = port
         self.what = what
@@ -140,17 +140,12 @@ class HttpListener:
     async def _start_sites(self) -> None:
         loop = asyncio.get_running_loop()
 
-        def on_tcp_port(port: int) -> Callable[[ProtocolFactory], Awaitable[asyncio.Server]]:
+        def on_tcp_port(port: int) -> Callable[[ProtocolFactory], Awaitable[ServingPort]]:
             return lambda factory: loop.create_server(factory, self.bind, port, backlog=BACKLOG, reuse_address=True)
 
-        listening = self.listening
         if self.port is not None:
             port = self.port
-            serve = (
-                on_tcp_port(port)
-                if listening is None
-                else lambda factory: loop.create_server(factory, sock=listening, backlog=BACKLOG)
-            )
+            serve = on_tcp_port(port) if self.prebound is None else self._attach(*self.prebound)
             site = self._site(f"http://{self.bind}:{port}", serve)
             await self._start_site(site, f"{self.bind}:{port}")
             self.port = site.port
@@ -171,10 +166,20 @@ class HttpListener:
             await unix_site.start()
             log.info("Listening on http+unix://%s (%s)", self.unix_path, self.what)
 
+    @staticmethod
+    def _attach(prebound: PreboundSockets, name: str) -> Callable[[ProtocolFactory], Awaitable[ServingPort]]:
+        async def attach(factory: ProtocolFactory) -> ServingPort:
+            attachment = prebound.attach(name, factory)
+            if attachment is None:
+                raise StartupError(f"no {name} listener was bound")
+            return attachment
+
+        return attach
+
     def _site(
         self,
         name: str,
-        serve: Callable[[ProtocolFactory], Awaitable[asyncio.Server]],
+        serve: Callable[[ProtocolFactory], Awaitable[ServingPort]],
         *,
         tls: TlsCertificates | None = None,
     ) -> GatedSite:

@@ -30,7 +30,7 @@ class ManagementPlane:
         stop_broker: Callable[[], None] | None = None,
         prebound: PreboundSockets | None = None,
     ) -> None:
-        """`prebound`: a cluster node's sockets (`http`), served instead of binding;
+        """`prebound`: a cluster node's listeners (`http`), served instead of binding;
         `certificates`: the HTTPS listener's, which the API reloads; `amqp_connection`
         makes the AMQP connection a WebSocket on /ws/amqp carries; `stop_broker` is what
         `lavin ctl stop` calls through the control socket."""
@@ -59,7 +59,7 @@ class ManagementPlane:
                 limits,
                 tls=https,
                 unix_path=config.http_unix_path,
-                listening=None if prebound is None else prebound.take("http"),
+                prebound=None if prebound is None else (prebound, "http"),
             )
         self.metrics: HttpListener | None = None
         if config.metrics_http_port != DISABLED_PORT:

@@ -66,7 +66,7 @@ class _BrokerThread(threading.Thread):
     """Runs the broker's event loop. The loop is made before the thread starts, so that
     `stop` can always reach it."""
 
-    def __init__(self, config: Config, registry: Registry, cluster: ClusterStatusSource | None) -> None:
+    def __init__(self, config: Config, registry: Registry, cluster: ClusterStatusSource | None = None) -> None:
         # A daemon: a broker that hangs must not keep the test process from exiting.
         super().__init__(name=f"lavin-broker-{config.data_dir.name}", daemon=True)
         self._config = config

@@ -123,7 +123,7 @@ def test_a_leader_cut_off_from_etcd_stops_before_another_is_elected(tmp_path: Pa
                 node.start()
             cluster.wait_in_sync(3)
             old_name = Cluster.name_of(leader)
-            publisher = Publisher(0, [leader])
+            publisher = Publisher(0, cluster.nodes)  # starts on the leader, moves on when it fails
             publisher.start()
             time.sleep(1)
             proxy.cut()
@@ -138,10 +138,11 @@ def test_a_leader_cut_off_from_etcd_stops_before_another_is_elected(tmp_path: Pa
                 if elected_at is None and cluster.leader_name() not in (None, old_name):
                     elected_at = now
                 time.sleep(0.05)
-            publisher.finish()
             assert stopped_at is not None, "the cut-off leader kept taking publishes"
             assert elected_at is not None, "no new leader"
             assert stopped_at < elected_at
+            wait_for_confirms([publisher], elected_at, 15)  # the client found the new leader
+            publisher.finish()
             assert leader.running  # it stepped down; it did not die
             new_leader = cluster.leader(other_than=old_name)
             check_delivery([publisher], drain(new_leader))
