@@ -34,6 +34,7 @@ class Cluster:
         self.etcd_endpoint = etcd_endpoint
         self.prefix = prefix
         self.nodes = [self._node(root / f"node{number}", etcd_endpoint) for number in range(size)]
+        self.publishers: list[Publisher] = []
 
     def _node(self, data_dir: Path, etcd_endpoint: str) -> BrokerProcess:
         return BrokerProcess(
@@ -55,7 +56,17 @@ class Cluster:
         for node in self.nodes:
             node.start()
 
+    def publisher(self, number: int, nodes: Sequence[BrokerProcess] | None = None) -> Publisher:
+        """A started publisher through `nodes` (every node by default), finished by `stop`
+        if the test did not finish it."""
+        publisher = Publisher(number, self.nodes if nodes is None else nodes)
+        self.publishers.append(publisher)
+        publisher.start()
+        return publisher
+
     def stop(self) -> None:
+        for publisher in self.publishers:
+            publisher.finish()
         for node in self.nodes:
             if node.running:
                 node.kill()
@@ -137,6 +148,7 @@ class Publisher:
             node = self.nodes[(self.number + attempt) % len(self.nodes)]
             attempt += 1
             if not node.running:
+                self.stop.wait(0.05)  # every node may be down for a while
                 continue
             try:
                 self._publish_through(node)

@@ -27,10 +27,7 @@ def cluster(tmp_path: Path, etcd: EtcdServer) -> Iterator[Cluster]:
 
 
 def publishing(cluster: Cluster, count: int = 3) -> list[Publisher]:
-    publishers = [Publisher(number, cluster.nodes) for number in range(count)]
-    for publisher in publishers:
-        publisher.start()
-    return publishers
+    return [cluster.publisher(number) for number in range(count)]
 
 
 def confirms_after(publishers: list[Publisher], moment: float) -> float | None:
@@ -123,8 +120,7 @@ def test_a_leader_cut_off_from_etcd_stops_before_another_is_elected(tmp_path: Pa
                 node.start()
             cluster.wait_in_sync(3)
             old_name = Cluster.name_of(leader)
-            publisher = Publisher(0, cluster.nodes)  # starts on the leader, moves on when it fails
-            publisher.start()
+            publisher = cluster.publisher(0)  # starts on the leader, moves on when it fails
             time.sleep(1)
             proxy.cut()
             cut_at = time.monotonic()
