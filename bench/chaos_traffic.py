@@ -40,24 +40,29 @@ def body(publisher: int, sequence: int) -> bytes:
 
 
 class ConfirmClock:
-    """When confirms arrived (monotonic seconds), from every publisher, for failover times."""
+    """When confirms arrived (monotonic seconds), from every publisher, and when the
+    connection each came on was opened, for failover times."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.times = array("d")
+        self.opened = array("d")  # for each confirm, when its connection was opened
 
-    def tick(self) -> None:
+    def tick(self, opened: float) -> None:
         now = time.monotonic()
         with self._lock:
             self.times.append(now)
+            self.opened.append(opened)
 
     def last_before(self, moment: float) -> float | None:
         with self._lock:
             return next((t for t in reversed(self.times) if t <= moment), None)
 
     def first_after(self, moment: float) -> float | None:
+        """The first confirm on a connection opened after `moment`: one read just after a
+        kill may have been sent by the killed leader before it died."""
         with self._lock:
-            return next((t for t in self.times if t > moment), None)
+            return next((t for t, o in zip(self.times, self.opened, strict=True) if o > moment), None)
 
 
 class Publisher(threading.Thread):
@@ -81,13 +86,14 @@ class Publisher(threading.Thread):
                 time.sleep(RETRY_PAUSE)
                 continue
             try:
+                opened = time.monotonic()
                 with connect(random.choice(uris), CONNECT_TIMEOUT) as connection:
-                    self.publish_on(connection)
+                    self.publish_on(connection, opened)
             except FAILURES:
                 self.reconnects += 1
                 time.sleep(RETRY_PAUSE)
 
-    def publish_on(self, connection: Connection) -> None:
+    def publish_on(self, connection: Connection, opened: float) -> None:
         connection.call(commands.Confirm.Select(), commands.Confirm.SelectOk, CHANNEL)
         declare = commands.Queue.Declare(queue=queue_name(self.number), durable=True)
         connection.call(declare, commands.Queue.DeclareOk, CHANNEL)
@@ -101,10 +107,10 @@ class Publisher(threading.Thread):
             pending = {tag + 1 + offset: sequence for offset, sequence in enumerate(batch)}
             tag += len(batch)
             connection.publish(queue_name(self.number), [body(self.number, s) for s in batch], PERSISTENT)
-            nacked = self.await_confirms(connection, pending)
+            nacked = self.await_confirms(connection, pending, opened)
             self.resend = sorted(nacked)
 
-    def await_confirms(self, connection: Connection, pending: dict[int, int]) -> list[int]:
+    def await_confirms(self, connection: Connection, pending: dict[int, int], opened: float) -> list[int]:
         """Mark acked sequences confirmed; return the nacked ones. Raises when the connection fails."""
         nacked: list[int] = []
         while pending:
@@ -124,7 +130,7 @@ class Publisher(threading.Thread):
                 else:
                     nacked.append(sequence)
             if isinstance(frame, commands.Basic.Ack):
-                self.clock.tick()
+                self.clock.tick(opened)
         return nacked
 
 
