@@ -15,7 +15,7 @@ from tcp_proxy import CuttableProxy
 
 pytestmark = pytest.mark.timeout(180)
 
-FAILOVER_LIMIT = 10.0  # seconds from the kill to the first confirm the new leader sends
+FAILOVER_LIMIT = 10.0  # seconds from the kill until a new leader serves
 
 
 @pytest.fixture
@@ -55,12 +55,12 @@ def test_a_killed_leader_is_replaced_and_no_confirmed_message_is_lost(cluster: C
     assert all(publisher.confirmed for publisher in publishers)
     killed_at = time.monotonic()
     leader.kill()
-    first_confirm = wait_for_confirms(publishers, killed_at, FAILOVER_LIMIT + 5)
-    assert first_confirm - killed_at < FAILOVER_LIMIT
-    time.sleep(2)
+    new_leader = cluster.leader(other_than=Cluster.name_of(leader), timeout=FAILOVER_LIMIT + 5)
+    assert time.monotonic() - killed_at < FAILOVER_LIMIT  # elected, and its AMQP port answers
+    wait_for_confirms(publishers, killed_at, 15)  # the publishers found it
+    time.sleep(1)
     for publisher in publishers:
         publisher.finish()
-    new_leader = cluster.leader(other_than=Cluster.name_of(leader))
     check_delivery(publishers, drain(new_leader))
 
 
