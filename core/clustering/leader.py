@@ -58,6 +58,7 @@ class FollowerLink(asyncio.Protocol):
     # --- the connection --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio's subclasses
+        self._transport.set_write_buffer_limits(high=SYNC_HIGH_WATER)
         self.connected = True
         self._writable.set()
         self._last_heard = asyncio.get_running_loop().time()
@@ -167,9 +168,7 @@ class FollowerLink(asyncio.Protocol):
                 return
             self._write(wire.truncate_frame(path, size))
             for offset in range(0, size, wire.CHUNK):
-                await self._writable.wait()
-                while self._transport is not None and self._transport.get_write_buffer_size() > SYNC_HIGH_WATER:
-                    await asyncio.sleep(0.01)
+                await self._writable.wait()  # paused above SYNC_HIGH_WATER queued bytes
                 data = await asyncio.to_thread(os.pread, descriptor, wire.CHUNK, offset)
                 for piece in wire.write_frames(path, offset, data):
                     self._write(piece)
