@@ -2,8 +2,9 @@
 (the files that differ), then apply the stream, fsync, and acknowledge.
 
 While a full sync runs the data dir is a mix of old and new files: a marker file says so,
-and a node whose data dir has it does not stand for election (`Replication.consistent`).
-It goes once the leader says this follower is in sync.
+and a node whose data dir has it does not stand for election (`Follower.consistent`).
+It goes once the files and the changes made while they were read are written: before the
+acknowledgement that lets the leader name this follower in etcd's ISR.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Follower:
         self._applying: asyncio.Task[None] | None = None
         self._failure: Exception | None = None  # a batch that could not be written
         self._files_written = False  # every file of the full sync is written
+        self._whole_at: int | None = None  # stream bytes written once the data dir is whole
 
     @staticmethod
     def consistent(root: Path) -> bool:
@@ -101,6 +103,7 @@ class Follower:
             wanted = await self._compare(wire.decode_json(payload))
             writer.write(wire.json_frame(wire.WANT, wanted))
         elif kind == wire.SYNCED:
+            self._whole_at = wire.decode_u64(payload)
             self._streaming = True
             self._pending.append(SYNC_POINT)  # a batch ends here, even with no file to write
         elif kind == wire.TICK:
@@ -153,8 +156,9 @@ class Follower:
             changes, self._pending = self._pending, []
             self._pending_bytes = 0
             received, sync_point = self._received, SYNC_POINT in changes
+            whole = self._whole_at is not None and received >= self._whole_at
             try:
-                await asyncio.to_thread(self._write_all, changes)
+                await asyncio.to_thread(self._write_all, changes, whole)
             except (ValueError, OSError) as exc:  # UnsafePath is a ValueError
                 log.error("Could not apply the leader's changes: %s", exc)
                 self._failure = exc
@@ -168,7 +172,7 @@ class Follower:
             self._files_written = self._files_written or sync_point
             self._acknowledge()
 
-    def _write_all(self, changes: list[wire.Change]) -> None:
+    def _write_all(self, changes: list[wire.Change], whole: bool) -> None:
         applier = self._applier
         for change in changes:
             kind = change.kind
@@ -185,11 +189,13 @@ class Follower:
             else:
                 applier.rename(change.path, change.target)
         applier.sync()
+        marker = self.root / SYNC_MARKER
+        if whole and marker.exists():
+            marker.unlink()
+            fsync_directory(self.root)
 
     def _acknowledge(self) -> None:
         if not self._files_written or self._writer is None or self._writer.is_closing():
             return
         self._writer.write(wire.u64_frame(wire.ACK, self._written))
-        if self._in_sync and self._written >= self._leader_sent:
-            (self.root / SYNC_MARKER).unlink(missing_ok=True)
         self.on_progress(self._written, self._leader_sent, self._in_sync)

@@ -147,7 +147,9 @@ class FollowerLink(asyncio.Protocol):
                 raise wire.ProtocolError(f"asked for {path!r}")
             await self._send_file(root, path)
         backlog, self._backlog = self._backlog or [], None
-        self._write(wire.frame(wire.SYNCED, b""))
+        # The files were read while the stream went on: the data dir is the leader's once the
+        # changes held back meanwhile are written too.
+        self._write(wire.u64_frame(wire.SYNCED, self._backlog_bytes))
         for data in backlog:
             self._write(data)
         self._sent += self._backlog_bytes

@@ -27,7 +27,7 @@ CHALLENGE: Final = ord("c")  # leader: 32 random bytes
 AUTH: Final = ord("a")  # follower: JSON {"node", "proof"}: proof = HMAC-SHA256(secret, challenge)
 INDEX: Final = ord("i")  # leader: JSON [[path, size, checksum], ...], the data dir as it is
 WANT: Final = ord("w")  # follower: JSON [path, ...], the files it lacks or holds otherwise
-SYNCED: Final = ord("s")  # leader: the wanted files are all sent; the stream follows
+SYNCED: Final = ord("s")  # leader: the wanted files are all sent; u64 stream bytes until the data dir is whole
 ACK: Final = ord("k")  # follower: u64 bytes of the stream written and fsynced
 TICK: Final = ord("t")  # leader, every second: u64 stream bytes sent, u8 1 when the follower is in sync
 

@@ -92,7 +92,13 @@ class Cluster:
                 if name and name != other_than and node.running and self.name_of(node) == name and serves(node):
                     return node
             time.sleep(0.1)
-        raise AssertionError(f"no leader serving within {timeout} s")
+        raise AssertionError(f"no leader serving within {timeout} s\n{self.log_tails()}")
+
+    def log_tails(self, lines: int = 20) -> str:
+        """The end of every node's log: what a failed wait shows."""
+        return "\n".join(
+            f"--- {node.data_dir.name}\n" + "\n".join(node.output.splitlines()[-lines:]) for node in self.nodes
+        )
 
     def followers(self, leader: BrokerProcess) -> list[BrokerProcess]:
         return [node for node in self.nodes if node is not leader]

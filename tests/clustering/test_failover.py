@@ -64,6 +64,28 @@ def test_a_killed_leader_is_replaced_and_no_confirmed_message_is_lost(cluster: C
     check_delivery(publishers, drain(new_leader))
 
 
+def test_a_follower_may_take_over_as_soon_as_etcd_names_it_in_sync(tmp_path: Path, etcd: EtcdServer) -> None:
+    """etcd's ISR names a follower only once its data dir is whole: killed the moment it
+    does, the leader is replaced by that follower."""
+    cluster = Cluster(tmp_path, etcd.endpoint)
+    try:
+        leader, *followers = cluster.nodes
+        leader.start()
+        cluster.leader()
+        for follower in followers:
+            follower.start()
+        deadline = time.monotonic() + 30
+        while len(cluster.in_sync()) < 2:
+            assert time.monotonic() < deadline, "no follower joined the in-sync replicas"
+            time.sleep(0.01)
+        killed_at = time.monotonic()
+        leader.kill()
+        cluster.leader(other_than=Cluster.name_of(leader), timeout=FAILOVER_LIMIT + 5)
+        assert time.monotonic() - killed_at < FAILOVER_LIMIT
+    finally:
+        cluster.stop()
+
+
 def test_a_follower_catches_up_and_rejoins_the_in_sync_replicas(cluster: Cluster) -> None:
     leader = cluster.leader()
     declare_queue(leader)
