@@ -1,4 +1,5 @@
-"""A private etcd for each clustering test."""
+"""A private etcd for each clustering test, or for each module of tests that share one
+cluster."""
 
 from __future__ import annotations
 
@@ -9,12 +10,21 @@ import pytest
 from lavin.testing.etcd_server import MISSING_REASON, EtcdServer
 
 
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+def running_etcd(directory: Path) -> Iterator[EtcdServer]:
     """A running single-member etcd on loopback; skips when Debian's etcd is not installed."""
     if not EtcdServer.available():
         pytest.skip(MISSING_REASON)
-    server = EtcdServer(tmp_path / "etcd-server")
+    server = EtcdServer(directory)
     server.start()
     yield server
     server.kill()
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    yield from running_etcd(tmp_path / "etcd-server")
+
+
+@pytest.fixture(scope="module")
+def module_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    yield from running_etcd(tmp_path_factory.mktemp("etcd-server"))

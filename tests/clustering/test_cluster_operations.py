@@ -25,10 +25,9 @@ pytestmark = pytest.mark.timeout(180)
 GUEST = ("guest", "guest")
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, etcd: EtcdServer) -> Iterator[Cluster]:
-    nodes = Cluster(tmp_path, etcd.endpoint)
-    hooks = tmp_path / "hooks.log"
+def started_cluster(root: Path, etcd: EtcdServer) -> Iterator[Cluster]:
+    nodes = Cluster(root, etcd.endpoint)
+    hooks = root / "hooks.log"
     for node in nodes.nodes:
         node.extra_args += (
             "--clustering-on-leader-elected",
@@ -43,6 +42,18 @@ def cluster(tmp_path: Path, etcd: EtcdServer) -> Iterator[Cluster]:
     nodes.wait_in_sync(3)
     yield nodes
     nodes.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, module_etcd: EtcdServer) -> Iterator[Cluster]:
+    """One cluster for the tests that only look at it."""
+    yield from started_cluster(tmp_path_factory.mktemp("cluster"), module_etcd)
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path, etcd: EtcdServer) -> Iterator[Cluster]:
+    """A cluster of its own, for a test that kills its leader."""
+    yield from started_cluster(tmp_path, etcd)
 
 
 def nodes_of(node: BrokerProcess) -> list[dict[str, object]]:
@@ -109,7 +120,8 @@ def test_the_leader_exports_replication_gauges(cluster: Cluster) -> None:
     assert found["rabbitmq_cluster_leader"] == 1
 
 
-def test_quorum_queues_and_streams_keep_their_messages_through_a_failover(cluster: Cluster, tmp_path: Path) -> None:
+def test_quorum_queues_and_streams_keep_their_messages_through_a_failover(own_cluster: Cluster, tmp_path: Path) -> None:
+    cluster = own_cluster
     leader = cluster.nodes[0]
     connection = pika.BlockingConnection(pika.URLParameters(leader.url))
     channel = connection.channel()
