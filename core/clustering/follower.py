@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 SYNC_MARKER: Final = ".clustering_syncing"  # not replicated (lavin.storage.data_dir_index)
 CONNECT_TIMEOUT: Final = 5.0
-IDLE_TIMEOUT: Final = 10.0  # seconds without a frame (the leader ticks every second)
+IDLE_TIMEOUT: Final = 10.0  # seconds without a frame (the leader ticks 5 times a second)
 READ_SIZE: Final = 256 * 1024
 SYNC_POINT: Final = wire.Change(wire.SYNCED, "")  # where the full sync's files end, among the changes
 MAX_UNAPPLIED: Final = 64 * 1024 * 1024  # received, not yet written: reading waits beyond it
@@ -55,6 +55,10 @@ class Follower:
         self._received = 0  # stream bytes received
         self._leader_sent = 0
         self._in_sync = False
+        # The stream bytes the data dir's files may hold (the end of the batch being written)
+        # and how many of them every in-sync replica has: what reads on this node may show.
+        self.applying_to = 0
+        self.replicated = 0
         self._writer: asyncio.StreamWriter | None = None
         self._applying: asyncio.Task[None] | None = None
         self._failure: Exception | None = None  # a batch that could not be written
@@ -107,7 +111,8 @@ class Follower:
             self._streaming = True
             self._pending.append(SYNC_POINT)  # a batch ends here, even with no file to write
         elif kind == wire.TICK:
-            self._leader_sent, self._in_sync = wire.decode_tick(payload)
+            tick = wire.decode_tick(payload)
+            self._leader_sent, self._in_sync, self.replicated = tick.sent, tick.in_sync, tick.replicated
             if self._applying is None or self._applying.done():
                 self._acknowledge()
         else:
@@ -157,6 +162,7 @@ class Follower:
             self._pending_bytes = 0
             received, sync_point = self._received, SYNC_POINT in changes
             whole = self._whole_at is not None and received >= self._whole_at
+            self.applying_to = received
             try:
                 await asyncio.to_thread(self._write_all, changes, whole)
             except (ValueError, OSError) as exc:  # UnsafePath is a ValueError

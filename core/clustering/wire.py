@@ -29,7 +29,7 @@ INDEX: Final = ord("i")  # leader: JSON [[path, size, checksum], ...], the data 
 WANT: Final = ord("w")  # follower: JSON [path, ...], the files it lacks or holds otherwise
 SYNCED: Final = ord("s")  # leader: the wanted files are all sent; u64 stream bytes until the data dir is whole
 ACK: Final = ord("k")  # follower: u64 bytes of the stream written and fsynced
-TICK: Final = ord("t")  # leader, every second: u64 stream bytes sent, u8 1 when the follower is in sync
+TICK: Final = ord("t")  # leader, 5 times a second: a `Tick`
 
 HEADER: Final = struct.Struct(">BI")
 _PATH: Final = struct.Struct(">H")
@@ -112,18 +112,25 @@ def decode_change(kind: int, payload: bytes) -> Change:
         raise ProtocolError(f"malformed change frame: {exc}") from None
 
 
-TICK_PAYLOAD: Final = struct.Struct(">QB")
+TICK_PAYLOAD: Final = struct.Struct(">QQB")
 
 
-def tick_frame(sent: int, in_sync: bool) -> bytes:
-    return frame(TICK, TICK_PAYLOAD.pack(sent, in_sync))
+@dataclass(frozen=True)
+class Tick:
+    sent: int  # stream bytes the leader sent this follower
+    replicated: int  # how many of them every in-sync replica has written
+    in_sync: bool
 
 
-def decode_tick(payload: bytes) -> tuple[int, bool]:
+def tick_frame(tick: Tick) -> bytes:
+    return frame(TICK, TICK_PAYLOAD.pack(tick.sent, tick.replicated, tick.in_sync))
+
+
+def decode_tick(payload: bytes) -> Tick:
     if len(payload) != TICK_PAYLOAD.size:
         raise ProtocolError("malformed tick frame")
-    sent, in_sync = TICK_PAYLOAD.unpack(payload)
-    return int(sent), bool(in_sync)
+    sent, replicated, in_sync = TICK_PAYLOAD.unpack(payload)
+    return Tick(int(sent), int(replicated), bool(in_sync))
 
 
 def decode_u64(payload: bytes) -> int:
