@@ -5,6 +5,7 @@ damaged or removed by retention; and that it never changes a file."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 from pathlib import Path
 
@@ -137,11 +138,18 @@ def test_retention_moves_the_first_offset_and_keeps_the_others(tmp_path: Path) -
     fill(store, 0, 40)
     replica = StreamReplica(tmp_path / "s")
     assert replica.first_offset == 0
+    oldest = min((tmp_path / "s").glob("msgs.*"))
+    oldest_data = oldest.read_bytes()
     fill(store, 40, 200)
     assert store.first_offset > 100
     replica.refresh()
     assert (replica.first_offset, replica.next_offset) == (store.first_offset, 240)
     same(replicated(replica), stored(store))
+    # A follower applies the new first_segment before removing the segments it drops.
+    oldest.write_bytes(oldest_data)
+    fresh = StreamReplica(tmp_path / "s")
+    assert (fresh.first_offset, fresh.next_offset) == (store.first_offset, 240)
+    same(replicated(fresh), stored(store))
     same(replica.read(0, 2, EVERYTHING), stored(store)[:2])  # below the first offset: from the first
     store.close()
 
@@ -170,7 +178,37 @@ def test_a_half_written_record_is_not_there_until_it_is_whole(tmp_path: Path) ->
     assert replica.read(11, 1, EVERYTHING)[0][1].body == message(11).body
 
 
-def test_holes_are_skipped_and_damage_keeps_offsets(tmp_path: Path) -> None:
+def test_a_copy_written_in_arbitrary_pieces_shows_only_whole_records(tmp_path: Path) -> None:
+    """As a follower's applier writes the leader's changes: segment after segment, each in
+    pieces that end anywhere, with refreshes and reads in between."""
+    store = StreamStore(tmp_path / "s", segment_size=SMALL_SEGMENT)
+    fill(store, 0, 120)
+    expected = stored(store)
+    store.close()
+    follower = tmp_path / "follower"
+    follower.mkdir()
+    shutil.copy(tmp_path / "s" / "first_segment", follower)
+    replica = StreamReplica(follower)
+    pieces = random.Random(7)
+    seen = 0
+    for segment in sorted((tmp_path / "s").glob("msgs.*")):
+        data = segment.read_bytes()
+        written = 0
+        with (follower / segment.name).open("wb") as file:
+            while written < len(data):
+                piece = data[written : written + pieces.randint(1, 150)]
+                file.write(piece)
+                file.flush()
+                written += len(piece)
+                replica.refresh()
+                assert seen <= replica.next_offset <= 120
+                same(replica.read(seen, 1000, EVERYTHING), expected[seen : replica.next_offset])
+                seen = replica.next_offset
+    assert seen == 120
+    same(replicated(replica), expected)
+
+
+def test_holes_are_skipped_and_keep_offsets(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     store = StreamStore(tmp_path / "s", segment_size=SMALL_SEGMENT)
     fill(store, 0, 30)
     store.close()
@@ -178,11 +216,15 @@ def test_holes_are_skipped_and_damage_keeps_offsets(tmp_path: Path) -> None:
     data = bytearray(first.read_bytes())
     data[data.index(message(2).body) + 1] ^= 0xFF  # recovery writes a hole over offset 2
     first.write_bytes(data)
+    for index in (tmp_path / "s").glob("index.*"):
+        index.unlink()  # else the saved index is trusted and the segment not scanned
     store = StreamStore(tmp_path / "s", segment_size=SMALL_SEGMENT)
     replica = StreamReplica(tmp_path / "s")
     expected = stored(store)
     assert 2 not in [offset for offset, _ in expected] and len(expected) == 29
+    caplog.clear()
     same(replicated(replica), expected)
+    assert caplog.records == []  # a hole, passed over silently: not a damaged record
     store.close()
 
 
@@ -220,7 +262,7 @@ def test_the_replica_never_writes_even_over_a_partial_tail(tmp_path: Path) -> No
     segment = last_segment(tmp_path / "s")
     segment.write_bytes(segment.read_bytes()[:-5])  # a torn tail
     with segment.open("ab") as file:
-        file.write(b"\x30\x00\x00\x00partial")  # and a record begun after it
+        file.write(b"\xf0\xff\xff\xffpartial")  # and a record begun after it, of 4 GiB
     before = files_of(tmp_path / "s")
     replica = StreamReplica(tmp_path / "s")
     assert replica.next_offset == 39

@@ -271,7 +271,7 @@ def _count_whole_records(fd: int, index: SegmentIndex, file_size: int) -> None:
     while position + HEADER_SIZE <= file_size:
         start = position - chunk_start
         if start + HEADER_SIZE > len(chunk):
-            chunk, chunk_start, start = os.pread(fd, _SCAN_CHUNK, position), position, 0
+            chunk, chunk_start, start = os.pread(fd, min(_SCAN_CHUNK, file_size - position), position), position, 0
             if len(chunk) < HEADER_SIZE:  # cut back since the fstat
                 return
         size = record_size(chunk, start)
