@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pika
@@ -206,6 +208,43 @@ def test_a_copy_written_in_arbitrary_pieces_shows_only_whole_records(tmp_path: P
                 seen = replica.next_offset
     assert seen == 120
     same(replicated(replica), expected)
+
+
+def test_a_reader_thread_beside_a_writing_thread_sees_only_whole_records(tmp_path: Path) -> None:
+    """The applier writes in its worker thread while a reader refreshes and reads in another."""
+    store = StreamStore(tmp_path / "s", segment_size=4096)
+    fill(store, 0, 2000)
+    expected = stored(store)
+    store.close()
+    follower = tmp_path / "follower"
+    follower.mkdir()
+    shutil.copy(tmp_path / "s" / "first_segment", follower)
+    done = threading.Event()
+
+    def write() -> None:
+        pieces = random.Random(11)
+        for segment in sorted((tmp_path / "s").glob("msgs.*")):
+            data = segment.read_bytes()
+            fd = os.open(follower / segment.name, os.O_WRONLY | os.O_CREAT, 0o644)
+            written = 0
+            while written < len(data):
+                written += os.pwrite(fd, data[written : written + pieces.randint(1, 3000)], written)
+            os.close(fd)
+        done.set()
+
+    writer = threading.Thread(target=write)
+    replica = StreamReplica(follower)
+    writer.start()
+    seen = 0
+    deadline = time.monotonic() + 30
+    while not done.is_set() or seen < len(expected):
+        assert time.monotonic() < deadline, f"stuck at offset {seen}"
+        replica.refresh()
+        assert seen <= replica.next_offset
+        same(replica.read(seen, 1000, EVERYTHING), expected[seen : min(replica.next_offset, seen + 1000)])
+        seen = min(replica.next_offset, seen + 1000)
+    writer.join()
+    assert seen == len(expected)
 
 
 def test_holes_are_skipped_and_keep_offsets(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
