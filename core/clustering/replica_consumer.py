@@ -12,7 +12,7 @@ from typing import Final
 
 from lavin.amqp import codec
 from lavin.api import Message
-from lavin.broker.queues.stream_consumer import with_offset_header
+from lavin.broker.queues.stream_consumer import with_offset
 from lavin.storage.streams.stream_replica import StreamReplica, find_stream
 
 log = logging.getLogger(__name__)
@@ -139,9 +139,3 @@ class ReplicaConsumer:
             self.stream.replica.close()
 
         reading.add_done_callback(close)
-
-
-def with_offset(message: Message, offset: int) -> Message:
-    """The message as a stream consumer gets it: `x-stream-offset` in its headers."""
-    properties = with_offset_header(message.properties, offset)
-    return Message(message.exchange, message.routing_key, properties, message.body, message.timestamp)

@@ -58,6 +58,11 @@ def knows_it_is_in_sync(node: BrokerProcess) -> bool:
     return any(entry["name"] == name and entry["in_sync"] for entry in listed)
 
 
+def read_sessions(node: BrokerProcess) -> int:
+    """How many read sessions the node opened (it logs each)."""
+    return node.output.count("lavin.clustering.read_session: read session")
+
+
 def leader_of(cluster: Cluster) -> BrokerProcess:
     return cluster.nodes[0]
 
@@ -221,6 +226,7 @@ def test_stream_info_and_a_range_read_on_the_follower(cluster: Cluster, stream: 
     leader_url = f"amqp://guest:guest@127.0.0.1:{leader.port}/%2F"
     follower_url = f"amqp://guest:guest@127.0.0.1:{follower.port}/%2F"
     on_leader = fetch_stream_bounds(leader_url, STREAM, 5)
+    served_before = read_sessions(follower)
     on_follower = eventually(
         lambda: (bounds := fetch_stream_bounds(follower_url, STREAM, 5, READ_HERE)) == on_leader and bounds
     )
@@ -230,3 +236,4 @@ def test_stream_info_and_a_range_read_on_the_follower(cluster: Cluster, stream: 
     read = list(read_deliveries(options, OffsetRange(on_follower.first, on_follower.next)))
     assert [offset for offset, _ in read] == list(range(on_follower.first, on_follower.next))
     assert [delivery.body for _, delivery in read][: len(stream)] == stream
+    assert read_sessions(follower) >= served_before + 2  # the follower served both, not the leader

@@ -68,6 +68,12 @@ def with_offset_header(properties: bytes, offset: int) -> bytes:
     return properties[:position] + table + properties[end:]
 
 
+def with_offset(message: Message, offset: int) -> Message:
+    """The message as a stream consumer gets it: `x-stream-offset` in its headers."""
+    properties = with_offset_header(message.properties, offset)
+    return Message(message.exchange, message.routing_key, properties, message.body, message.timestamp)
+
+
 @dataclass(frozen=True)
 class StreamFilter:
     """RabbitMQ 3.13's filter, applied exactly to each message rather than per chunk."""
@@ -278,14 +284,7 @@ class StreamReader:
         self._send(offset, message, True)
 
     def _send(self, offset: int, message: Message, redelivered: bool) -> None:
-        delivery = Message(
-            message.exchange,
-            message.routing_key,
-            with_offset_header(message.properties, offset),
-            message.body,
-            message.timestamp,
-        )
-        self.consumer.deliver(self, offset, delivery, redelivered)
+        self.consumer.deliver(self, offset, with_offset(message, offset), redelivered)
 
     # -- settled by the channel ------------------------------------------------------------
 
