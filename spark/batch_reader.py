@@ -20,7 +20,7 @@ class LavinBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         options = self.options
-        bounds = fetch_stream_bounds(options.uri, options.queue, options.read_timeout)
+        bounds = fetch_stream_bounds(options.uri, options.queue, options.read_timeout, options.client_properties)
         start = resolve_start(options.starting_offsets, bounds, options.fail_on_data_loss, options.queue)
         whole = OffsetRange(start, resolve_end(options.ending_offsets, bounds))
         slices = split_range(whole, options.num_partitions, options.min_records_per_partition)

@@ -16,6 +16,7 @@ EndSpec = Literal["latest"] | int
 DEFAULT_PREFETCH = 1000
 DEFAULT_MIN_RECORDS_PER_PARTITION = 1000
 DEFAULT_READ_TIMEOUT_MS = 30_000
+READ_FROM_FOLLOWER = "read_from_follower"  # the client property a cluster follower reads
 
 
 class OptionError(ValueError):
@@ -34,10 +35,17 @@ class LavinOptions:
     prefetch: int = DEFAULT_PREFETCH
     fail_on_data_loss: bool = True
     read_timeout_ms: int = DEFAULT_READ_TIMEOUT_MS
+    read_from_follower: bool = False
 
     @property
     def read_timeout(self) -> float:
         return self.read_timeout_ms / 1000
+
+    @property
+    def client_properties(self) -> dict[str, object]:
+        """What the connections announce: a cluster follower serves the reads itself when asked
+        (`readFromFollower`); a leader, or a single broker, ignores it."""
+        return {READ_FROM_FOLLOWER: True} if self.read_from_follower else {}
 
 
 def parse_options(raw: Mapping[str, str]) -> LavinOptions:
@@ -57,6 +65,7 @@ def parse_options(raw: Mapping[str, str]) -> LavinOptions:
         prefetch=_positive_int("prefetch", options.get("prefetch", str(DEFAULT_PREFETCH))),
         fail_on_data_loss=_boolean("failOnDataLoss", options.get("failondataloss", "true")),
         read_timeout_ms=_positive_int("readTimeoutMs", options.get("readtimeoutms", str(DEFAULT_READ_TIMEOUT_MS))),
+        read_from_follower=_boolean("readFromFollower", options.get("readfromfollower", "false")),
     )
 
 

@@ -33,7 +33,7 @@ def read_deliveries(options: LavinOptions, offsets: OffsetRange) -> Iterator[tup
     """Each offset of the range once, in order, with its message."""
     if len(offsets) == 0:
         return
-    with connect(options.uri, options.read_timeout) as client:
+    with connect(options.uri, options.read_timeout, client_properties=options.client_properties) as client:
         client.qos(options.prefetch)
         client.consume(options.queue, arguments={"x-stream-offset": offsets.start})
         ack_every = max(1, options.prefetch // 2)

@@ -24,8 +24,10 @@ class StreamInfoError(RuntimeError):
     """The broker cannot describe that queue (it is missing or not a stream)."""
 
 
-def fetch_stream_bounds(uri: str, queue: str, timeout: float) -> StreamBounds:
-    with connect(uri, timeout) as client:
+def fetch_stream_bounds(
+    uri: str, queue: str, timeout: float, client_properties: Mapping[str, object] | None = None
+) -> StreamBounds:
+    with connect(uri, timeout, client_properties=client_properties) as client:
         return request_stream_bounds(client, queue)
 
 

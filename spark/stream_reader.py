@@ -82,4 +82,6 @@ class LavinStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_record_batches(self.options, self.schema, partition)
 
     def _bounds(self) -> StreamBounds:
-        return fetch_stream_bounds(self.options.uri, self.options.queue, self.options.read_timeout)
+        return fetch_stream_bounds(
+            self.options.uri, self.options.queue, self.options.read_timeout, self.options.client_properties
+        )

@@ -138,20 +138,7 @@ class Handshake:
 
     def _start(self) -> None:
         connection = self.connection
-        start = commands.Connection.Start(
-            version_major=0,
-            version_minor=9,
-            server_properties={
-                "product": "Lavin",
-                "version": lavin.__version__,
-                "platform": f"Python {platform.python_version()}",
-                "information": "An AMQP 0-9-1 broker",
-                "cluster_name": connection.broker.config.bind,
-                "capabilities": SERVER_CAPABILITIES,
-            },
-            mechanisms="PLAIN AMQPLAIN EXTERNAL" if connection.tls() is not None else "PLAIN AMQPLAIN",
-            locales="en_US",
-        )
+        start = connection_start(connection.broker.config.bind, tls=connection.tls() is not None)
         connection.output.send(codec.method_frame(0, start))
         connection.state = AWAIT_START_OK
 
@@ -256,19 +243,7 @@ class Handshake:
             config = self.connection.broker.config
             login = config.tls_cert_login_from, config.tls_cert_login_san_type, config.tls_cert_login_san_index
             return external_login_name(self.connection.tls(), *login), None
-        raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
-        if mechanism == "PLAIN":
-            parts = raw.split(b"\x00")
-            if len(parts) != 3:
-                raise errors.ConnectionAccessRefused("malformed PLAIN response")
-            return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
-        if mechanism == "AMQPLAIN":
-            try:
-                table, _ = decode_table(struct.pack(">I", len(raw)) + raw)
-            except ValueError as exc:
-                raise errors.ConnectionAccessRefused(f"malformed AMQPLAIN response: {exc}") from None
-            return str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
-        raise errors.ConnectionAccessRefused(f"unsupported authentication mechanism '{mechanism}'")
+        return password_credentials(mechanism, response)
 
     # ---- tune-ok and open ----------------------------------------------------------------
 
@@ -367,6 +342,41 @@ class Handshake:
     def _credentials_expired(self) -> None:
         self._expiry_timer = None
         self.connection.close_with_error(errors.ConnectionAccessRefused("credential expired"))
+
+
+def password_credentials(mechanism: str, response: str | bytes) -> tuple[str, str]:
+    """The user name and password of a PLAIN or AMQPLAIN login response."""
+    raw = response.encode("latin-1") if isinstance(response, str) else bytes(response)
+    if mechanism == "PLAIN":
+        parts = raw.split(b"\x00")
+        if len(parts) != 3:
+            raise errors.ConnectionAccessRefused("malformed PLAIN response")
+        return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+    if mechanism == "AMQPLAIN":
+        try:
+            table, _ = decode_table(struct.pack(">I", len(raw)) + raw)
+        except ValueError as exc:
+            raise errors.ConnectionAccessRefused(f"malformed AMQPLAIN response: {exc}") from None
+        return str(table.get("LOGIN", "")), str(table.get("PASSWORD", ""))
+    raise errors.ConnectionAccessRefused(f"unsupported authentication mechanism '{mechanism}'")
+
+
+def connection_start(cluster_name: str, *, tls: bool) -> commands.Connection.Start:
+    """connection.start as this broker sends it (a cluster follower's front too)."""
+    return commands.Connection.Start(
+        version_major=0,
+        version_minor=9,
+        server_properties={
+            "product": "Lavin",
+            "version": lavin.__version__,
+            "platform": f"Python {platform.python_version()}",
+            "information": "An AMQP 0-9-1 broker",
+            "cluster_name": cluster_name,
+            "capabilities": SERVER_CAPABILITIES,
+        },
+        mechanisms="PLAIN AMQPLAIN EXTERNAL" if tls else "PLAIN AMQPLAIN",
+        locales="en_US",
+    )
 
 
 def _negotiate(field: str, client_value: int, minimum: int, server_value: int) -> int:

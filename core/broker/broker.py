@@ -163,11 +163,11 @@ class Broker(AuthContext):
                 log.warning(
                     "login of user '%s' from %s refused: %s", printable(username), peer_host, printable(exc.text)
                 )
-                raise _login_refused(mechanism) from None
+                raise login_refused(mechanism) from None
             if user is not None:
                 return user, backend
         log.warning("login of unknown user '%s' from %s refused", printable(username), peer_host)
-        raise _login_refused(mechanism)
+        raise login_refused(mechanism)
 
     def _user_changed(self, user_name: str) -> None:
         """Connections of a user whose tags or permissions changed ask again; those of a
@@ -226,7 +226,7 @@ class Broker(AuthContext):
         return self._auth_settings
 
 
-def _login_refused(mechanism: str) -> errors.ConnectionAccessRefused:
+def login_refused(mechanism: str) -> errors.ConnectionAccessRefused:
     """RabbitMQ's reply to any failed login: the reason goes to the log, not the client."""
     return errors.ConnectionAccessRefused(
         f"Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."

@@ -37,6 +37,7 @@ from lavin.broker.runtime.recovery_log import RecoveryLog
 from lavin.storage import changes, queue_directories
 from lavin.storage.metadata.access_files import vhost_directory_name
 from lavin.storage.metadata.definitions_store import (
+    DEFINITIONS_FILE,
     BindingDef,
     DefinitionsStore,
     ExchangeDef,
@@ -120,7 +121,7 @@ class VHost(ExchangeHost):
         self.exchanges[""] = self.default_exchange
         for name, type_name in DEFAULT_EXCHANGES:
             self._create_exchange(name, type_name, durable=True, auto_delete=False, internal=False, arguments={})
-        self.definitions = DefinitionsStore(self.data_dir / "definitions.lavin")
+        self.definitions = DefinitionsStore(self.data_dir / DEFINITIONS_FILE)
         saved = self.definitions.load()
         queue_directories.settle(self.data_dir, saved.queues, self.name)
         for exchange_def in saved.exchanges.values():

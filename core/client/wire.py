@@ -280,18 +280,23 @@ class Connection:
         frame_max: int | None = None,
         channel_max: int | None = None,
         heartbeat: int = 0,
+        client_properties: FieldTable | None = None,
     ) -> tuple[Callable[[], object], ...]:
         """The handshake as steps that each wait for at most one reply before they send, so
         that many connections can take each step in turn and overlap their round trips."""
         return (
             lambda: self.send_raw(PROTOCOL_HEADER),
-            lambda: self.start_ok(mechanism),
+            lambda: self.start_ok(mechanism, client_properties=client_properties),
             lambda: self.tune_ok(frame_max, channel_max, heartbeat, vhost=self.address.vhost),
             lambda: self.expect(commands.Connection.OpenOk),
         )
 
     def start_ok(
-        self, mechanism: str = "PLAIN", capabilities: Mapping[str, bool] = CAPABILITIES
+        self,
+        mechanism: str = "PLAIN",
+        capabilities: Mapping[str, bool] = CAPABILITIES,
+        *,
+        client_properties: FieldTable | None = None,
     ) -> commands.Connection.Start:
         """Wait for connection.start and log in with the address's credentials."""
         start = self.expect(commands.Connection.Start)
@@ -300,7 +305,11 @@ class Connection:
             response = encode.field_table({"LOGIN": username, "PASSWORD": password})[4:].decode("latin-1")
         else:
             response = f"\0{username}\0{password}"
-        properties: FieldTable = {"product": "lavin.client.wire", "capabilities": dict(capabilities)}
+        properties: FieldTable = {
+            **(client_properties or {}),
+            "product": "lavin.client.wire",
+            "capabilities": dict(capabilities),
+        }
         self.send(commands.Connection.StartOk(client_properties=properties, mechanism=mechanism, response=response))
         return start
 
@@ -553,12 +562,18 @@ def connect(
     frame_max: int | None = None,
     channel_max: int | None = None,
     heartbeat: int = 0,
+    client_properties: FieldTable | None = None,
 ) -> Connection:
-    """A connection through the handshake with `channels` open; `timeout` bounds each wait."""
+    """A connection through the handshake with `channels` open; `timeout` bounds each wait.
+    `client_properties` go in start-ok besides the client's own (`read_from_follower`, say)."""
     connection = Connection(address, timeout)
     try:
         steps = connection.handshake_steps(
-            mechanism=mechanism, frame_max=frame_max, channel_max=channel_max, heartbeat=heartbeat
+            mechanism=mechanism,
+            frame_max=frame_max,
+            channel_max=channel_max,
+            heartbeat=heartbeat,
+            client_properties=client_properties,
         )
         for step in steps:
             step()

@@ -1,12 +1,16 @@
-"""What a follower serves on the node's ports: AMQP clients passed through to the leader,
+"""What a follower serves on the node's ports: AMQP clients passed through to the leader
+(or stream reads served here, for the clients that ask),
 and a small management app (the cluster's nodes, an overview; every other path answers
 that this node is a follower and where the leader is) on the HTTP port and the control
 socket."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from lavin.broker.runtime.cluster_status import ClusterStatusSource
-from lavin.clustering.proxy import AmqpProxy, LeaderAmqp
+from lavin.clustering.proxy import ClientSide, LeaderAmqp
+from lavin.clustering.start_gate import FollowerAmqp, FollowerPort
 from lavin.config import Config
 from lavin.listeners.connection_gate import capped_to_descriptors
 from lavin.listeners.control_socket import ControlSocket
@@ -17,13 +21,19 @@ from lavin.management.follower_app import build_follower_app
 
 class FollowerFront:
     def __init__(
-        self, config: Config, prebound: PreboundSockets, leader_amqp: LeaderAmqp, status: ClusterStatusSource
+        self,
+        config: Config,
+        prebound: PreboundSockets,
+        leader_amqp: LeaderAmqp,
+        status: ClusterStatusSource,
+        reads_allowed: Callable[[], bool],
     ) -> None:
         self.config = config
         self.prebound = prebound
         self.leader_amqp = leader_amqp
         self.status = status
-        self._amqp: AmqpProxy | None = None
+        self.reads_allowed = reads_allowed
+        self._amqp: FollowerAmqp | None = None
         self._http: HttpListener | None = None
         self._control: ControlSocket | None = None
 
@@ -32,7 +42,8 @@ class FollowerFront:
         if self._amqp is not None:
             return
         config = self.config
-        self._amqp = AmqpProxy(self.leader_amqp)
+        clients: set[ClientSide] = set()
+        self._amqp = FollowerAmqp(FollowerPort(config, self.leader_amqp, self.reads_allowed, clients))
         self._amqp.start(self.prebound)
         if self.prebound.port("http") is not None:
             limits = HttpLimits(capped_to_descriptors(config.http_max_connections), config.http_idle_timeout)

@@ -97,7 +97,7 @@ class ClusterNode:
         self.etcd_health: tuple[EtcdHealth, ...] = ()
         self.progress = (0, 0, False)  # a follower's: stream bytes written, bytes sent, in sync
         self.replicas: InSyncReplicas | None = None
-        self.front = FollowerFront(config, self.prebound, self.leader_amqp, self.status)
+        self.front = FollowerFront(config, self.prebound, self.leader_amqp, self.status, self.reads_allowed)
         self._ready = False
 
     # --- the node's life -------------------------------------------------------------------
@@ -359,6 +359,10 @@ class ClusterNode:
         if leader is None or leader.amqp is None or leader.name == self.name:
             return None
         return split_address(leader.amqp)
+
+    def reads_allowed(self) -> bool:
+        """A follower serves stream reads while etcd's ISR names it and its data dir is whole."""
+        return self.name in self.isr and Follower.consistent(self.config.data_dir)
 
     def status(self) -> ClusterState:
         leader = self.leader.name if self.leader is not None else None

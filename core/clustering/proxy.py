@@ -1,5 +1,6 @@
 """A follower passes its clients' AMQP connections through to the leader, byte for byte, as
-LavinMQ's followers do: a client may connect to any node. Flow control passes through too
+LavinMQ's followers do: a client may connect to any node (after the follower's front read
+its start-ok: lavin.clustering.start_gate). Flow control passes through too
 (a side that cannot write stops the other side's reading), so nothing buffers without bound."""
 
 from __future__ import annotations
@@ -7,16 +8,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Final, cast
+from typing import Final, Protocol, cast
 
-from lavin.listeners.prebound import Attachment, PreboundSockets
+from lavin.amqp import codec
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT: Final = 5.0
-MAX_EARLY_BYTES: Final = 64 * 1024  # sent by a client before the leader's side is connected
+# Sent by a client before the leader's side is connected: its start-ok, and what followed it.
+MAX_EARLY_BYTES: Final = 128 * 1024
+MAX_START_BYTES: Final = 64 * 1024  # the leader's connection.start, dropped
 
 LeaderAmqp = Callable[[], tuple[str, int] | None]  # the leader's AMQP host and port, if one is known
+
+
+class ClientSide(Protocol):
+    """A client connection of the follower's front, whichever way it is served."""
+
+    def close(self) -> None: ...
 
 
 class _Pipe(asyncio.Protocol):
@@ -52,29 +61,53 @@ class _Pipe(asyncio.Protocol):
             self.transport.close()
 
 
-class ProxiedClient(_Pipe):
-    """A client of this follower; its bytes go to the leader once that side is connected."""
+class _LeaderSide(_Pipe):
+    """The leader's side of a proxied connection. The follower answered the client's protocol
+    header itself, so the leader's connection.start (the first frame it sends) is dropped:
+    the client already has the follower's."""
 
-    def __init__(self, leader: LeaderAmqp, clients: set[ProxiedClient]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._leader = leader
+        self._start: bytearray | None = bytearray()  # None once the leader's start is dropped
+
+    def data_received(self, data: bytes) -> None:
+        if self._start is None:
+            super().data_received(data)
+            return
+        self._start += data
+        end = codec.frame_end(self._start)
+        if end > MAX_START_BYTES or len(self._start) > MAX_START_BYTES:
+            self.close()  # not a broker's connection.start
+            return
+        if end == 0 or len(self._start) < end:
+            return
+        rest = bytes(self._start[end:])
+        self._start = None
+        if rest:
+            super().data_received(rest)
+
+
+class ProxiedClient(_Pipe):
+    """A client of this follower passed through to the leader at `target`: `early` (the
+    protocol header and the client's start-ok, as the follower's front read them) goes to
+    the leader first, then every byte either way."""
+
+    def __init__(self, target: tuple[str, int], clients: set[ClientSide], early: bytes) -> None:
+        super().__init__()
+        self._target = target
         self._clients = clients
-        self._early = bytearray()
+        self._early = bytearray(early)
         self._task: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        target = self._leader()
-        if target is None:
-            self.close()  # no leader to pass it to: the client tries again, or another node
-            return
         self._clients.add(self)
-        self._task = asyncio.ensure_future(self._connect(*target))
+        self._task = asyncio.ensure_future(self._connect(*self._target))
 
     async def _connect(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         try:
-            _, upstream = await asyncio.wait_for(loop.create_connection(_Pipe, host, port), CONNECT_TIMEOUT)
+            _, upstream = await asyncio.wait_for(loop.create_connection(_LeaderSide, host, port), CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:
             log.debug("Could not reach the leader at %s:%s for a client: %s", host, port, exc)
             self.close()
@@ -103,24 +136,3 @@ class ProxiedClient(_Pipe):
         if self._task is not None:
             self._task.cancel()
         super().connection_lost(exc)
-
-
-class AmqpProxy:
-    """The follower's side of the node's AMQP listener."""
-
-    def __init__(self, leader: LeaderAmqp) -> None:
-        self._leader = leader
-        self._clients: set[ProxiedClient] = set()
-        self._attachment: Attachment | None = None
-
-    def start(self, listeners: PreboundSockets) -> None:
-        self._attachment = listeners.attach("amqp", lambda: ProxiedClient(self._leader, self._clients))
-
-    def stop(self) -> None:
-        """Stop serving the port, and close every connection passed through: their leader is
-        gone or is this node now."""
-        if self._attachment is not None:
-            self._attachment.close()
-            self._attachment = None
-        for client in list(self._clients):
-            client.close()

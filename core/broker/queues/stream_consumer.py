@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lavin.api import Message, StreamCursor, errors, field_type, parse_duration
 from lavin.api.message import HEADERS_FLAG, headers_offset
@@ -68,6 +68,12 @@ def with_offset_header(properties: bytes, offset: int) -> bytes:
     return properties[:position] + table + properties[end:]
 
 
+def with_offset(message: Message, offset: int) -> Message:
+    """The message as a stream consumer gets it: `x-stream-offset` in its headers."""
+    properties = with_offset_header(message.properties, offset)
+    return Message(message.exchange, message.routing_key, properties, message.body, message.timestamp)
+
+
 @dataclass(frozen=True)
 class StreamFilter:
     """RabbitMQ 3.13's filter, applied exactly to each message rather than per chunk."""
@@ -100,7 +106,22 @@ def parse_filter(arguments: dict[str, Any]) -> StreamFilter | None:
     return StreamFilter(values, arguments.get(MATCH_UNFILTERED_ARGUMENT) is True)
 
 
+class OffsetRange(Protocol):
+    """What placing a consumer needs of a stream: its bounds, its arrival times, its name."""
+
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    def offset_at(self, timestamp: int) -> int: ...
+    def resource(self) -> str: ...
+
+
 def start_offset(queue: StreamQueue, value: object) -> int:
+    return offset_in(_QueueRange(queue), value)
+
+
+def offset_in(stream: OffsetRange, value: object) -> int:
     """Where a consumer starts: `x-stream-offset` as RabbitMQ reads it.
 
     `first`, `last` (the last message), `next` (what comes next; also when absent), an
@@ -109,7 +130,7 @@ def start_offset(queue: StreamQueue, value: object) -> int:
     replays the last N messages, as in LavinMQ. Offsets outside the stream are moved to
     its nearest end.
     """
-    first, end = queue.store.first_offset, queue.committed_offset
+    first, end = stream.first_offset, stream.next_offset
     if isinstance(value, bytes):
         value = value.decode(errors="replace")
     if value is None or value == "next":
@@ -121,29 +142,49 @@ def start_offset(queue: StreamQueue, value: object) -> int:
     if isinstance(value, str):
         milliseconds = parse_duration(value)
         if milliseconds is None:
-            raise _invalid_offset(queue, value)
-        wanted = queue.store.offset_at(now_ms() - milliseconds)
+            raise _invalid_offset(stream, value)
+        wanted = stream.offset_at(now_ms() - milliseconds)
     elif isinstance(value, datetime):
-        wanted = queue.store.offset_at(int(value.timestamp() * 1000))
+        wanted = stream.offset_at(int(value.timestamp() * 1000))
     elif isinstance(value, int) and not isinstance(value, bool):
         wanted = value if value >= 0 else end + value  # -N: the last N messages
     else:
-        raise _invalid_offset(queue, value)
+        raise _invalid_offset(stream, value)
     return min(max(wanted, first), end)
 
 
-def _invalid_offset(queue: StreamQueue, value: object) -> errors.PreconditionFailed:
-    return _invalid_arg(queue, OFFSET_ARGUMENT, "invalid_stream_offset_arg", value)
+class _QueueRange:
+    """A stream queue as an OffsetRange: its visible end is what is committed."""
+
+    def __init__(self, queue: StreamQueue) -> None:
+        self._queue = queue
+
+    @property
+    def first_offset(self) -> int:
+        return self._queue.store.first_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self._queue.committed_offset
+
+    def offset_at(self, timestamp: int) -> int:
+        return self._queue.store.offset_at(timestamp)
+
+    def resource(self) -> str:
+        return self._queue.resource()
 
 
-def _invalid_arg(queue: StreamQueue, argument: str, reason: str, value: object) -> errors.PreconditionFailed:
+def _invalid_offset(stream: OffsetRange, value: object) -> errors.PreconditionFailed:
+    return _invalid_arg(stream.resource(), OFFSET_ARGUMENT, "invalid_stream_offset_arg", value)
+
+
+def _invalid_arg(resource: str, argument: str, reason: str, value: object) -> errors.PreconditionFailed:
     if isinstance(value, str):
         shown = f'<<"{value}">>'
     else:
         shown = str(value).lower() if isinstance(value, bool) else str(value)
     return errors.PreconditionFailed(
-        f"invalid arg '{argument}' for queue '{queue.name}' in vhost '{queue.vhost.name}': "
-        f"{{{reason},{{{field_type(value)},{shown}}}}}"
+        f"invalid arg '{argument}' for {resource}: {{{reason},{{{field_type(value)},{shown}}}}}"
     )
 
 
@@ -161,7 +202,7 @@ def tracking(queue: StreamQueue, consumer: Consumer) -> bool:
     if flag in ("true", "false"):
         flag = flag == "true"
     if flag is not None and not isinstance(flag, bool):
-        raise _invalid_arg(queue, TRACKING_ARGUMENT, "invalid_automatic_offset_tracking_arg", flag)
+        raise _invalid_arg(queue.resource(), TRACKING_ARGUMENT, "invalid_automatic_offset_tracking_arg", flag)
     if consumer.tag.startswith(GENERATED_TAG_PREFIX):
         return False
     if flag is None:
@@ -243,14 +284,7 @@ class StreamReader:
         self._send(offset, message, True)
 
     def _send(self, offset: int, message: Message, redelivered: bool) -> None:
-        delivery = Message(
-            message.exchange,
-            message.routing_key,
-            with_offset_header(message.properties, offset),
-            message.body,
-            message.timestamp,
-        )
-        self.consumer.deliver(self, offset, delivery, redelivered)
+        self.consumer.deliver(self, offset, with_offset(message, offset), redelivered)
 
     # -- settled by the channel ------------------------------------------------------------
 

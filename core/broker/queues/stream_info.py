@@ -10,7 +10,7 @@ looks at the address only once a message turned out unroutable, so publishes pay
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from lavin.api import Message
@@ -33,6 +33,21 @@ _CORRELATION_ID = 0x0400
 def stream_info_reply(queues: Mapping[str, Queue], vhost: str, request: Message) -> Message | None:
     """The answer to a stream-info request about one of `queues` (a vhost's, named
     `vhost`); None when `request` is not one or has no `reply_to` (it stays unroutable then)."""
+
+    def describe(name: str) -> Mapping[str, int] | str:
+        queue = queues.get(name)
+        if isinstance(queue, StreamQueue):
+            return queue.stream_info()
+        return "is not a stream" if queue is not None else "does not exist"
+
+    return stream_info_answer(vhost, request, describe)
+
+
+def stream_info_answer(
+    vhost: str, request: Message, describe: Callable[[str], Mapping[str, int] | str]
+) -> Message | None:
+    """The answer to a stream-info request, `describe` giving a queue's offsets (the
+    headers) or why there are none; None when `request` is not one or has no `reply_to`."""
     if request.routing_key != STREAM_INFO_ADDRESS:
         return None
     try:
@@ -43,12 +58,11 @@ def stream_info_reply(queues: Mapping[str, Queue], vhost: str, request: Message)
     if not reply_to:
         return None
     name = request.body.decode("utf-8", errors="replace")
-    queue = queues.get(name)
-    if isinstance(queue, StreamQueue):
-        table = b"".join(long_field(key, value) for key, value in queue.stream_info().items())
+    info = describe(name)
+    if isinstance(info, str):
+        table = _string_field(ERROR_HEADER, f"queue '{name}' in vhost '{vhost}' {info}")
     else:
-        reason = "is not a stream" if queue is not None else "does not exist"
-        table = _string_field(ERROR_HEADER, f"queue '{name}' in vhost '{vhost}' {reason}")
+        table = b"".join(long_field(key, value) for key, value in info.items())
     flags = _HEADERS
     properties = _U32.pack(len(table)) + table
     correlation_id = props.get("correlation_id")

@@ -28,6 +28,7 @@ from pamqp import encode as amqp_encode
 log = logging.getLogger(__name__)
 
 _FRAME = struct.Struct("<II")  # payload length, crc32 of the payload
+DEFINITIONS_FILE = "definitions.lavin"  # in each vhost's directory
 DEFAULT_COMPACT_AFTER = 8192  # deletes written since the last rewrite
 
 _EXCHANGE_DECLARE = "exchange.declare"
@@ -307,26 +308,9 @@ class DefinitionsStore:
 
     def load(self) -> Definitions:
         """Read the log; rewrite it compactly when it held deletes or damage."""
-        self._folded = _FoldedDefinitions()
-        self._deletes = 0
-        data = self.path.read_bytes() if self.path.exists() else b""
-        offset = 0
-        read = [0]  # records read before the first damage, then after each
-        damage: list[str] = []
-        while offset < len(data):
-            problem = self._apply_frame(data, offset)
-            if not problem:
-                read[-1] += 1
-                offset += _FRAME.size + _FRAME.unpack_from(data, offset)[0]
-                continue
-            resume = _next_readable_frame(data, offset + 1)
-            if resume is None and problem == "truncated":  # the broker stopped while appending it
-                log.warning("%s: truncated record at byte %d; ignoring it", self.path, offset)
-                break
-            end = len(data) if resume is None else resume
-            damage.append(f"{problem} record at byte {offset}, {end - offset} bytes")
-            read.append(0)
-            offset = end
+        data, offset, read, damage = self._fold()
+        if offset < len(data):  # the broker stopped while appending the last record
+            log.warning("%s: truncated record at byte %d; ignoring it", self.path, offset)
         if damage:
             log.error(
                 "%s: %d damaged stretch(es) skipped (%s); %d record(s) read before the damage and %d after; "
@@ -344,6 +328,41 @@ class DefinitionsStore:
         else:
             self._open_for_append()
         return self._folded.snapshot()
+
+    def read(self) -> Definitions:
+        """The definitions in the log, read without writing anything (no rewrite, nothing
+        opened for appends): a follower's view of a log that its replication keeps
+        extending, where a record being appended is not there yet. Damage is passed over."""
+        self._fold()
+        return self._folded.snapshot()
+
+    def _fold(self) -> tuple[bytes, int, list[int], list[str]]:
+        """Fold the log into the definitions, passing over damage; write nothing. Returns the
+        log, where its truncated last record starts (else its end), the records read before
+        the first damage and after each, and the damage."""
+        self._folded = _FoldedDefinitions()
+        self._deletes = 0
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        offset = 0
+        read = [0]
+        damage: list[str] = []
+        while offset < len(data):
+            problem = self._apply_frame(data, offset)
+            if not problem:
+                read[-1] += 1
+                offset += _FRAME.size + _FRAME.unpack_from(data, offset)[0]
+                continue
+            resume = _next_readable_frame(data, offset + 1)
+            if resume is None and problem == "truncated":
+                break
+            end = len(data) if resume is None else resume
+            damage.append(f"{problem} record at byte {offset}, {end - offset} bytes")
+            read.append(0)
+            offset = end
+        return data, offset, read, damage
 
     def exchange_declared(self, exchange: ExchangeDef) -> None:
         check_definition(exchange)

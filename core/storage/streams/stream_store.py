@@ -55,14 +55,13 @@ from lavin.storage.segments.segment_files import (
     segment_path,
     write_at,
 )
+from lavin.storage.streams.segment_walk import Locate, after_damage, first_arrived_at, seek
 from lavin.storage.streams.stream_index import (
     INDEX_PREFIX,
-    STRIDE,
     SegmentIndex,
     describes,
     index_path,
     load_index,
-    record_timestamp,
     save_index,
     scan_index,
 )
@@ -304,65 +303,25 @@ class StreamStore(StreamType):
         if found == len(segments) or not segments[found].index.count:
             return self._end_offset
         segment = segments[found]
-        offset, position = segment.index.entry_for_timestamp(timestamp)
-        window = ReadWindow()
-        while offset < segment.index.end_offset:
-            buffer, start, size = self._locate(segment, position, window)
-            if intact_flags(buffer, start, size) == DAMAGED:
-                offset, position = self._after_damage(segment, offset, position, size, window)
-            elif record_timestamp(buffer, start) >= timestamp:
-                return offset
-            else:
-                offset += 1
-                position += size
-        return offset
+        return first_arrived_at(segment.index, timestamp, self._locator(segment, ReadWindow()), self._path_of(segment))
 
     def _segment_for(self, offset: int) -> _Segment:
         return self._segments[bisect_right(self._segments, offset, key=lambda s: s.index.first_offset) - 1]
 
     def _seek(self, segment: _Segment, offset: int, window: ReadWindow) -> tuple[int, int]:
-        """(offset, byte position) of `offset` in its segment, from the nearest index entry;
-        a later offset when damage on the way hides where `offset` starts."""
-        entry_offset, position = segment.index.entry_for_offset(offset)
-        while entry_offset < offset:
-            buffer, start, size = self._locate(segment, position, window)
-            if intact_flags(buffer, start, size) != DAMAGED:
-                entry_offset, position = entry_offset + 1, position + size
-            else:
-                entry_offset, position = self._after_damage(segment, entry_offset, position, size, window)
-        return entry_offset, position
+        return seek(segment.index, offset, self._locator(segment, window), self._path_of(segment))
 
     def _after_damage(
         self, segment: _Segment, offset: int, position: int, size: int, window: ReadWindow
     ) -> tuple[int, int]:
-        """Where reading resumes after the record at `offset` failed its crc: the next
-        record when the length field still leads to an intact one, else the next index
-        entry (or the segment's end). Offsets stay where they are either way."""
-        index = segment.index
-        following = position + size
-        if size >= FIXED_SIZE and (following == index.size or self._intact_at(segment, following, window)):
-            resume = offset + 1, following
-        else:
-            entry = (offset - index.first_offset) // STRIDE + 1
-            if entry < len(index.positions):
-                resume = index.first_offset + entry * STRIDE, index.positions[entry]
-            else:
-                resume = index.end_offset, index.size
-        log.error(
-            "%s: the record at offset %d (byte %d) fails its crc; offsets %d to %d are passed over",
-            segment_path(self.path, segment.id),
-            offset,
-            position,
-            offset,
-            resume[0] - 1,
-        )
-        return resume
+        locate = self._locator(segment, window)
+        return after_damage(segment.index, offset, position, size, locate, self._path_of(segment))
 
-    def _intact_at(self, segment: _Segment, position: int, window: ReadWindow) -> bool:
-        """Whether an intact record starts at `position`, which may be anywhere."""
-        if position + FIXED_SIZE > segment.index.size:
-            return False
-        return intact_flags(*self._locate(segment, position, window)) != DAMAGED
+    def _locator(self, segment: _Segment, window: ReadWindow) -> Locate:
+        return lambda position: self._locate(segment, position, window)
+
+    def _path_of(self, segment: _Segment) -> Path:
+        return segment_path(self.path, segment.id)
 
     def _locate(self, segment: _Segment, position: int, window: ReadWindow) -> tuple[bytes, int, int]:
         """(buffer, offset in it, size) of the record at `position` of `segment`."""
@@ -477,17 +436,6 @@ class StreamStore(StreamType):
         changes.install(temporary, self.path / FIRST_SEGMENT_FILE, content)
         os.fsync(self._directory.open())
 
-    def _load_first_segment(self) -> tuple[int, int] | None:
-        try:
-            data = (self.path / FIRST_SEGMENT_FILE).read_bytes()
-        except FileNotFoundError:
-            return None
-        # Written whole and renamed into place: damage means the disk lost data we synced.
-        if len(data) != _FIRST_SEGMENT.size + _CRC.size or zlib.crc32(data[:-4]) != _CRC.unpack_from(data, 16)[0]:
-            raise ValueError(f"{self.path / FIRST_SEGMENT_FILE} is damaged: the stream's offsets are unknown")
-        segment_id, first_offset = _FIRST_SEGMENT.unpack_from(data)
-        return segment_id, first_offset
-
     def _close_files(self) -> None:
         for segment in self._segments:
             OPEN_FILES.release(segment)
@@ -503,7 +451,7 @@ class StreamStore(StreamType):
         saved index, or the next segment's, says it held gets holes in place of the lost
         ones (a segment of an unknown format is kept aside and replaced by holes)."""
         segment_ids = list_segments(self.path, INDEX_PREFIX)
-        first = self._load_first_segment()
+        first = load_first_segment(self.path)
         if first is None:
             if segment_ids:
                 log.warning("%s: no %s; numbering the segments from offset 0", self.path, FIRST_SEGMENT_FILE)
@@ -595,6 +543,20 @@ class StreamStore(StreamType):
             held - 1,
         )
         return fd, index
+
+
+def load_first_segment(directory: Path) -> tuple[int, int] | None:
+    """The id and first offset of the oldest kept segment, from `first_segment`; None when
+    there is no such file. ValueError when it is damaged."""
+    try:
+        data = (directory / FIRST_SEGMENT_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    # Written whole and renamed into place: damage means the disk lost data we synced.
+    if len(data) != _FIRST_SEGMENT.size + _CRC.size or zlib.crc32(data[:-4]) != _CRC.unpack_from(data, 16)[0]:
+        raise ValueError(f"{directory / FIRST_SEGMENT_FILE} is damaged: the stream's offsets are unknown")
+    segment_id, first_offset = _FIRST_SEGMENT.unpack_from(data)
+    return segment_id, first_offset
 
 
 def _offsets_held(first_offset: int, saved: SegmentIndex | None, following: SegmentIndex | None) -> int:
