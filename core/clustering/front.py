@@ -6,11 +6,9 @@ socket."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from lavin.broker.runtime.cluster_status import ClusterStatusSource
 from lavin.clustering.proxy import ClientSide, LeaderAmqp
-from lavin.clustering.start_gate import FollowerAmqp, FollowerPort
+from lavin.clustering.start_gate import FollowerAmqp, FollowerPort, FollowerReads
 from lavin.config import Config
 from lavin.listeners.connection_gate import capped_to_descriptors
 from lavin.listeners.control_socket import ControlSocket
@@ -26,13 +24,13 @@ class FollowerFront:
         prebound: PreboundSockets,
         leader_amqp: LeaderAmqp,
         status: ClusterStatusSource,
-        reads_allowed: Callable[[], bool],
+        reads: FollowerReads,
     ) -> None:
         self.config = config
         self.prebound = prebound
         self.leader_amqp = leader_amqp
         self.status = status
-        self.reads_allowed = reads_allowed
+        self.reads = reads
         self._amqp: FollowerAmqp | None = None
         self._http: HttpListener | None = None
         self._control: ControlSocket | None = None
@@ -43,7 +41,7 @@ class FollowerFront:
             return
         config = self.config
         clients: set[ClientSide] = set()
-        self._amqp = FollowerAmqp(FollowerPort(config, self.leader_amqp, self.reads_allowed, clients))
+        self._amqp = FollowerAmqp(FollowerPort(config, self.leader_amqp, self.reads, clients))
         self._amqp.start(self.prebound)
         if self.prebound.port("http") is not None:
             limits = HttpLimits(capped_to_descriptors(config.http_max_connections), config.http_idle_timeout)

@@ -26,6 +26,7 @@ from lavin.clustering.follower import Follower, LeaderAddress
 from lavin.clustering.front import FollowerFront
 from lavin.clustering.hooks import run_hook
 from lavin.clustering.leader import ReplicationServer
+from lavin.clustering.read_horizon import ReadHorizons, ReplicationMark
 from lavin.clustering.replicas import InSyncReplicas
 from lavin.clustering.stream import ChangeStream
 from lavin.config import DISABLED_PORT, Config
@@ -97,7 +98,9 @@ class ClusterNode:
         self.etcd_health: tuple[EtcdHealth, ...] = ()
         self.progress = (0, 0, False)  # a follower's: stream bytes written, bytes sent, in sync
         self.replicas: InSyncReplicas | None = None
-        self.front = FollowerFront(config, self.prebound, self.leader_amqp, self.status, self.reads_allowed)
+        self.front = FollowerFront(config, self.prebound, self.leader_amqp, self.status, self)
+        self._follower: Follower | None = None  # the current replication link
+        self.read_horizons = ReadHorizons(self.replication_mark)
         self._ready = False
 
     # --- the node's life -------------------------------------------------------------------
@@ -328,7 +331,7 @@ class ClusterNode:
         self.leader = leader
         await self.front.start()
         self._write_ready()
-        follower = Follower(self.config.data_dir, self.name, self.secret, self._progressed)
+        follower = self._follower = Follower(self.config.data_dir, self.name, self.secret, self._progressed)
         host, port = split_address(leader.replication)
         task = asyncio.ensure_future(follower.run(LeaderAddress(host, port)))
         try:
@@ -348,6 +351,7 @@ class ClusterNode:
                 log.warning("Replication from %s ended: %s", leader.name, exc)
                 await self._pause(RETRY_DELAY)
             self.progress = (0, 0, False)
+            self._follower = None
             self.leader = None  # until the leader key names one again: clients are not passed to a gone leader
 
     def _progressed(self, written: int, sent: int, in_sync: bool) -> None:
@@ -363,6 +367,13 @@ class ClusterNode:
     def reads_allowed(self) -> bool:
         """A follower serves stream reads while etcd's ISR names it and its data dir is whole."""
         return self.name in self.isr and Follower.consistent(self.config.data_dir)
+
+    def replication_mark(self) -> ReplicationMark | None:
+        """Where the current link's stream stands, once it made the data dir whole (any thread)."""
+        follower = self._follower
+        if follower is None or not follower.whole:
+            return None
+        return ReplicationMark(follower, follower.applying_to, follower.replicated)
 
     def status(self) -> ClusterState:
         leader = self.leader.name if self.leader is not None else None

@@ -62,13 +62,13 @@ class _Pipe(asyncio.Protocol):
 
 
 class _LeaderSide(_Pipe):
-    """The leader's side of a proxied connection. The follower answered the client's protocol
-    header itself, so the leader's connection.start (the first frame it sends) is dropped:
-    the client already has the follower's."""
+    """The leader's side of a proxied connection. When the follower answered the client's
+    protocol header itself (`drop_start`), the leader's connection.start (the first frame it
+    sends) is dropped: the client already has the follower's."""
 
-    def __init__(self) -> None:
+    def __init__(self, drop_start: bool) -> None:
         super().__init__()
-        self._start: bytearray | None = bytearray()  # None once the leader's start is dropped
+        self._start: bytearray | None = bytearray() if drop_start else None  # None: passing through
 
     def data_received(self, data: bytes) -> None:
         if self._start is None:
@@ -88,13 +88,15 @@ class _LeaderSide(_Pipe):
 
 
 class ProxiedClient(_Pipe):
-    """A client of this follower passed through to the leader at `target`: `early` (the
-    protocol header and the client's start-ok, as the follower's front read them) goes to
-    the leader first, then every byte either way."""
+    """A client of this follower passed through to the leader at `target`: `early` (what the
+    follower's front read: the protocol header and the client's start-ok, which the follower
+    `answered` with its own connection.start; or bytes it did not answer) goes to the leader
+    first, then every byte either way."""
 
-    def __init__(self, target: tuple[str, int], clients: set[ClientSide], early: bytes) -> None:
+    def __init__(self, target: tuple[str, int], clients: set[ClientSide], early: bytes, *, answered: bool) -> None:
         super().__init__()
         self._target = target
+        self._answered = answered
         self._clients = clients
         self._early = bytearray(early)
         self._task: asyncio.Task[None] | None = None
@@ -107,7 +109,9 @@ class ProxiedClient(_Pipe):
     async def _connect(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         try:
-            _, upstream = await asyncio.wait_for(loop.create_connection(_LeaderSide, host, port), CONNECT_TIMEOUT)
+            _, upstream = await asyncio.wait_for(
+                loop.create_connection(lambda: _LeaderSide(self._answered), host, port), CONNECT_TIMEOUT
+            )
         except (OSError, TimeoutError) as exc:
             log.debug("Could not reach the leader at %s:%s for a client: %s", host, port, exc)
             self.close()

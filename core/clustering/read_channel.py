@@ -145,7 +145,7 @@ class ReadChannel:
 
     async def _open(self, queue: str) -> ReplicaStream:
         session = self.session
-        stream = await asyncio.to_thread(ReplicaStream.open, session.config.data_dir, session.vhost, queue)
+        stream = await ReplicaStream.open(session.config.data_dir, session.vhost, queue, session.horizons)
         if stream is None:
             raise errors.NotFound(f"no queue '{queue}' in vhost '{session.vhost}'")
         return stream
@@ -192,7 +192,7 @@ class ReadChannel:
     async def _reply(self, request: Message) -> None:
         session = self.session
         name = request.body.decode("utf-8", errors="replace")
-        stream = await asyncio.to_thread(ReplicaStream.open, session.config.data_dir, session.vhost, name)
+        stream = await ReplicaStream.open(session.config.data_dir, session.vhost, name, session.horizons)
         info: Any = "does not exist"
         if stream is not None:
             try:

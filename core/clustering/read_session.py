@@ -24,6 +24,7 @@ from lavin.api.printable import printable
 from lavin.clustering.proxy import ClientSide, LeaderAmqp
 from lavin.clustering.read_access import Reader, login, open_vhost
 from lavin.clustering.read_channel import ReadChannel
+from lavin.clustering.read_horizon import ReadHorizons
 from lavin.config import Config
 from pamqp import commands
 
@@ -42,9 +43,15 @@ CLOSED: Final = 5
 
 class ReadSession(asyncio.Protocol):
     def __init__(
-        self, config: Config, leader: LeaderAmqp, clients: set[ClientSide], start_ok: commands.Connection.StartOk
+        self,
+        config: Config,
+        leader: LeaderAmqp,
+        clients: set[ClientSide],
+        start_ok: commands.Connection.StartOk,
+        horizons: ReadHorizons,
     ) -> None:
         self.config = config
+        self.horizons = horizons
         self._leader = leader
         self._clients = clients
         self._start_ok = start_ok

@@ -1,6 +1,7 @@
 """A stream consumer of a follower's read session: it reads the follower's replica of the
 stream queue (lavin.storage.streams.stream_replica) in a worker thread, never more than
-its prefetch allows, and at the stream's tail waits for the replication to extend it."""
+its prefetch allows nor beyond what every in-sync replica has (lavin.clustering.
+read_horizon), and at the stream's tail waits for the replication to extend it."""
 
 from __future__ import annotations
 
@@ -13,33 +14,45 @@ from typing import Final
 from lavin.amqp import codec
 from lavin.api import Message
 from lavin.broker.queues.stream_consumer import with_offset
+from lavin.clustering.read_horizon import ReadHorizon, ReadHorizons
 from lavin.storage.streams.stream_replica import StreamReplica, find_stream
 
 log = logging.getLogger(__name__)
 
 TAIL_POLL: Final = 0.1  # seconds between looks at a replica while a consumer waits at its tail
 BATCH_BYTES: Final = 4 << 20  # read at most this much at a time (one larger record is still read)
+SETTLE_TIMEOUT: Final = 2.0  # seconds an opened replica waits for the in-sync replicas to have what it saw
 
 
 class ReplicaStream:
     """One stream queue's replica, named for the errors about it; what
     `lavin.broker.queues.stream_consumer.offset_in` needs to place a consumer."""
 
-    def __init__(self, replica: StreamReplica, queue: str, vhost: str) -> None:
+    def __init__(self, replica: StreamReplica, queue: str, vhost: str, horizon: ReadHorizon) -> None:
         self.replica = replica
         self.queue = queue
         self.vhost = vhost
+        self.horizon = horizon
 
     @classmethod
-    def open(cls, data_dir: Path, vhost: str, queue: str) -> ReplicaStream | None:
-        """The replica of stream queue `queue`, looked at once; None when there is none
-        (blocking: call it in a worker thread)."""
-        directory = find_stream(data_dir, vhost, queue)
-        if directory is None:
+    async def open(cls, data_dir: Path, vhost: str, queue: str, horizons: ReadHorizons) -> ReplicaStream | None:
+        """The replica of stream queue `queue`, looked at once, and shown as far as the
+        in-sync replicas have it (within SETTLE_TIMEOUT); None when there is none."""
+        found = await asyncio.to_thread(_find, data_dir, vhost, queue, horizons)
+        if found is None:
             return None
-        replica = StreamReplica(directory)
-        replica.refresh()
-        return cls(replica, queue, vhost)
+        stream = cls(StreamReplica(found[0]), queue, vhost, found[1])
+        await asyncio.to_thread(stream.look)
+        deadline = asyncio.get_running_loop().time() + SETTLE_TIMEOUT
+        while not stream.horizon.advance() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(TAIL_POLL / 2)
+        return stream
+
+    def look(self) -> None:
+        """Look at the files again (blocking)."""
+        before = self.horizon.before_look()
+        self.replica.refresh()
+        self.horizon.looked(before, self.replica.next_offset)
 
     @property
     def first_offset(self) -> int:
@@ -47,7 +60,8 @@ class ReplicaStream:
 
     @property
     def next_offset(self) -> int:
-        return self.replica.next_offset
+        """The next offset that may be shown."""
+        return max(self.first_offset, min(self.replica.next_offset, self.horizon.visible))
 
     def offset_at(self, timestamp: int) -> int:
         return self.replica.offset_at(timestamp)
@@ -65,6 +79,16 @@ class ReplicaStream:
                 info["x-stream-first-timestamp"] = oldest[0][1].timestamp
                 info["x-stream-last-timestamp"] = newest[0][1].timestamp
         return info
+
+
+def _find(data_dir: Path, vhost: str, queue: str, horizons: ReadHorizons) -> tuple[Path, ReadHorizon] | None:
+    directory = find_stream(data_dir, vhost, queue)
+    if directory is None:
+        return None
+    try:
+        return directory, horizons.of(directory)
+    except FileNotFoundError:
+        return None  # deleted meanwhile
 
 
 Deliver = Callable[["ReplicaConsumer", int, Message], None]  # the consumer, the offset, the message
@@ -122,9 +146,12 @@ class ReplicaConsumer:
             self._close_after_read()
 
     def _read(self, count: int) -> list[tuple[int, Message]]:
-        replica = self.stream.replica
-        replica.refresh()
-        return replica.read(self.offset, count, BATCH_BYTES)
+        stream = self.stream
+        stream.look()
+        visible = stream.next_offset
+        if self.offset >= visible:
+            return []
+        return [record for record in stream.replica.read(self.offset, count, BATCH_BYTES) if record[0] < visible]
 
     def _close_after_read(self) -> None:
         """Close the replica, once a read still running in its worker thread is done."""

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final, Protocol, cast
 
 from lavin.amqp import codec
 from lavin.amqp.handshake import HANDSHAKE_TIMEOUT, connection_start
 from lavin.clustering.proxy import ClientSide, LeaderAmqp, ProxiedClient
+from lavin.clustering.read_horizon import ReadHorizons
 from lavin.clustering.read_session import ReadSession
 from lavin.config import Config
 from lavin.listeners.prebound import Attachment, PreboundSockets
@@ -29,13 +29,22 @@ READ_FROM_FOLLOWER: Final = "read_from_follower"  # the client property that ask
 MAX_START_OK: Final = 64 * 1024  # a start-ok frame, whole
 
 
+class FollowerReads(Protocol):
+    """What the node tells its read sessions."""
+
+    read_horizons: ReadHorizons
+
+    def reads_allowed(self) -> bool:
+        """Named in etcd's ISR, its data dir whole."""
+
+
 @dataclass(frozen=True)
 class FollowerPort:
     """What the follower's AMQP connections need of the node."""
 
     config: Config
     leader: LeaderAmqp
-    reads_allowed: Callable[[], bool]  # named in the ISR, its data dir whole
+    reads: FollowerReads
     clients: set[ClientSide]
 
 
@@ -76,8 +85,9 @@ class StartGate(asyncio.Protocol):
             if len(self._buffer) < len(codec.PROTOCOL_HEADER):
                 return
             if self._buffer[: len(codec.PROTOCOL_HEADER)] != codec.PROTOCOL_HEADER:
-                self._transport.write(codec.PROTOCOL_HEADER)  # the spec's answer: ours, then close
-                self.close()
+                # A PROXY protocol header, another AMQP version, TLS: the leader answers it.
+                self._stop()
+                self._pass_through(self._transport, bytes(self._buffer), answered=False)
                 return
             start = connection_start(self._port.config.bind, tls=False)
             self._transport.write(codec.method_frame(0, start))
@@ -120,19 +130,26 @@ class StartGate(asyncio.Protocol):
         assert transport is not None
         self._stop()
         served: asyncio.Protocol
-        if (start_ok.client_properties or {}).get(READ_FROM_FOLLOWER) is True and self._port.reads_allowed():
-            port = self._port
-            served = ReadSession(port.config, port.leader, port.clients, start_ok)
+        port = self._port
+        if (start_ok.client_properties or {}).get(READ_FROM_FOLLOWER) is True and port.reads.reads_allowed():
+            served = ReadSession(port.config, port.leader, port.clients, start_ok, port.reads.read_horizons)
         else:
-            target = self._port.leader()
-            if target is None:
-                transport.close()  # no leader to pass it to: the client tries again, or another node
-                return
-            served = ProxiedClient(target, self._port.clients, codec.PROTOCOL_HEADER + frame)
+            self._pass_through(transport, codec.PROTOCOL_HEADER + frame + rest, answered=True)
+            return
         transport.set_protocol(served)
         served.connection_made(transport)
         if rest:
             served.data_received(rest)
+
+    def _pass_through(self, transport: asyncio.Transport, early: bytes, *, answered: bool) -> None:
+        """Hand the connection to the leader, with what the client sent so far."""
+        target = self._port.leader()
+        if target is None:
+            transport.close()  # no leader to pass it to: the client tries again, or another node
+            return
+        served = ProxiedClient(target, self._port.clients, early, answered=answered)
+        transport.set_protocol(served)
+        served.connection_made(transport)
 
 
 class FollowerAmqp:

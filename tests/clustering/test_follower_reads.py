@@ -5,9 +5,12 @@ One two-node cluster for the module: a leader and one follower."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -23,6 +26,7 @@ from pyspark_lavin.offsets import OffsetRange
 from pyspark_lavin.options import parse_options
 from pyspark_lavin.range_reader import read_deliveries
 from pyspark_lavin.stream_info import fetch_stream_bounds
+from test_unix_and_proxy import Relay, proxy_ini, proxy_v1
 
 pytestmark = pytest.mark.timeout(120)
 GUEST = ("guest", "guest")
@@ -39,6 +43,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     etcd = EtcdServer(root / "etcd-server")
     etcd.start()
     nodes = Cluster(root, etcd.endpoint, size=2)
+    nodes.nodes[0].extra_args += ("--config", str(proxy_ini(root, "127.0.0.1")))  # the leader takes PROXY headers
     try:
         nodes.nodes[0].start()
         nodes.leader()
@@ -237,3 +242,63 @@ def test_stream_info_and_a_range_read_on_the_follower(cluster: Cluster, stream: 
     assert [offset for offset, _ in read] == list(range(on_follower.first, on_follower.next))
     assert [delivery.body for _, delivery in read][: len(stream)] == stream
     assert read_sessions(follower) >= served_before + 2  # the follower served both, not the leader
+
+
+def test_a_client_the_follower_does_not_answer_is_passed_to_the_leader_whole(
+    cluster: Cluster, stream: list[bytes]
+) -> None:
+    """A PROXY protocol header is not AMQP's: the follower passes it on, and the leader,
+    which trusts the follower's address, takes the client for the one the header names."""
+    leader, follower = leader_of(cluster), follower_of(cluster)
+    with (
+        Relay(("127.0.0.1", follower.port), proxy_v1("192.0.2.45", 40045)) as relay,
+        pytest.raises(pika.exceptions.ProbableAuthenticationError, match="403"),
+    ):
+        pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", relay.port, connection_attempts=1))
+    eventually(lambda: "login of user 'guest' from 192.0.2.45 refused" in leader.output)
+
+
+def lag_of(leader: BrokerProcess, node: BrokerProcess) -> int | None:
+    listed = requests.get(f"{leader.http_url}/api/nodes", auth=GUEST, timeout=5).json()
+    name = Cluster.name_of(node)
+    lag = next(entry["replication_lag_bytes"] for entry in listed if entry["name"] == name)
+    return None if lag is None else int(lag)
+
+
+def test_a_follower_shows_only_what_every_in_sync_replica_has(tmp_path: Path, etcd: EtcdServer) -> None:
+    """With one in-sync follower stopped, the other has the new messages on disk, but does
+    not show them: the leader could die and the stopped one be elected without them."""
+    cluster = Cluster(tmp_path, etcd.endpoint)
+    leader, reading, stalled = cluster.nodes
+    try:
+        leader.start()
+        cluster.leader()
+        reading.start()
+        stalled.start()
+        cluster.wait_in_sync(3)
+        eventually(lambda: knows_it_is_in_sync(reading), timeout=15)
+        connection = connect(leader, "declarer", reads=False)
+        connection.channel().queue_declare(STREAM, durable=True, arguments={"x-queue-type": "stream"})
+        connection.close()
+        publish(leader, STREAM, [b"before"])
+        reader = connect(reading, "reader")
+        assert [body for body, _ in consume(reader, 1, {"x-stream-offset": "first"})] == [b"before"]
+        assert stalled.pid is not None
+        os.kill(stalled.pid, signal.SIGSTOP)
+        try:
+            unconfirmed = connect(leader, "unconfirmed", reads=False)
+            channel = unconfirmed.channel()
+            for number in range(5):
+                channel.basic_publish("", STREAM, f"new{number}".encode(), pika.BasicProperties(delivery_mode=2))
+            eventually(lambda: lag_of(leader, reading) == 0 and lag_of(leader, stalled))  # on the reader's disk
+            # Within the 3 s after which the stopped follower leaves the ISR: only what all have.
+            shown = consume(reader, 6, {"x-stream-offset": "first"}, timeout=0.8)
+            assert [body for body, _ in shown] == [b"before"]
+        finally:
+            os.kill(stalled.pid, signal.SIGCONT)
+        everything = consume(reader, 6, {"x-stream-offset": "first"})
+        assert [body for body, _ in everything] == [b"before"] + [f"new{number}".encode() for number in range(5)]
+        unconfirmed.close()
+        reader.close()
+    finally:
+        cluster.stop()
