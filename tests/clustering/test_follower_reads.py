@@ -20,6 +20,7 @@ from broker_process import BrokerProcess
 from clustering.cluster import Cluster
 from helpers import eventually
 from lavin.client import wire
+from lavin.storage.streams.stream_replica import StreamReplica, find_stream
 from lavin.testing.etcd_server import MISSING_REASON, EtcdServer
 from pika.exceptions import AMQPConnectionError, ChannelClosedByBroker, ConnectionClosedByBroker
 from pyspark_lavin.offsets import OffsetRange
@@ -258,11 +259,10 @@ def test_a_client_the_follower_does_not_answer_is_passed_to_the_leader_whole(
     eventually(lambda: "login of user 'guest' from 192.0.2.45 refused" in leader.output)
 
 
-def lag_of(leader: BrokerProcess, node: BrokerProcess) -> int | None:
-    listed = requests.get(f"{leader.http_url}/api/nodes", auth=GUEST, timeout=5).json()
-    name = Cluster.name_of(node)
-    lag = next(entry["replication_lag_bytes"] for entry in listed if entry["name"] == name)
-    return None if lag is None else int(lag)
+def stream_directory(node: BrokerProcess) -> Path:
+    directory = find_stream(node.data_dir, "/", STREAM)
+    assert directory is not None
+    return directory
 
 
 def test_a_follower_shows_only_what_every_in_sync_replica_has(tmp_path: Path, etcd: EtcdServer) -> None:
@@ -290,9 +290,16 @@ def test_a_follower_shows_only_what_every_in_sync_replica_has(tmp_path: Path, et
             channel = unconfirmed.channel()
             for number in range(5):
                 channel.basic_publish("", STREAM, f"new{number}".encode(), pika.BasicProperties(delivery_mode=2))
-            eventually(lambda: lag_of(leader, reading) == 0 and lag_of(leader, stalled))  # on the reader's disk
+            on_disk = StreamReplica(stream_directory(reading))
+            deadline = time.monotonic() + 2
+            while on_disk.refresh() or on_disk.next_offset < 6:  # the reader's node has them all
+                assert time.monotonic() < deadline, "the new messages did not reach the reading follower"
+                time.sleep(0.01)
+            on_disk.close()
             # Within the 3 s after which the stopped follower leaves the ISR: only what all have.
-            shown = consume(reader, 6, {"x-stream-offset": "first"}, timeout=0.8)
+            shown = consume(reader, 6, {"x-stream-offset": "first"}, timeout=0.5)
+            still_in_sync = Cluster.name_of(stalled) in cluster.in_sync()
+            assert still_in_sync, "the stopped follower left the ISR too soon for this test (a slow machine)"
             assert [body for body, _ in shown] == [b"before"]
         finally:
             os.kill(stalled.pid, signal.SIGCONT)
