@@ -21,6 +21,9 @@ from lavin.testing.etcd_server import MISSING_REASON, EtcdServer
 
 CHAOS_SECONDS = 20
 
+# The benchmark tools are pure Python, the same in both installs: run once, in `make test`.
+pytestmark = pytest.mark.skipif(bool(os.environ.get("LAVIN_TEST_EXPECT_INSTALLED")), reason="run once, in `make test`")
+
 
 def run_publisher(url: str, seconds: float) -> Publisher:
     stop = threading.Event()
