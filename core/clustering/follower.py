@@ -59,12 +59,16 @@ class Follower:
         # and how many of them every in-sync replica has: what reads on this node may show.
         self.applying_to = 0
         self.replicated = 0
-        self.whole = False  # the data dir is the leader's (at some point of the stream)
         self._writer: asyncio.StreamWriter | None = None
         self._applying: asyncio.Task[None] | None = None
         self._failure: Exception | None = None  # a batch that could not be written
         self._files_written = False  # every file of the full sync is written
         self._whole_at: int | None = None  # stream bytes written once the data dir is whole
+
+    @property
+    def whole(self) -> bool:
+        """The data dir is the leader's (at some point of the stream): written past `_whole_at`."""
+        return self._whole_at is not None and self._written >= self._whole_at
 
     @staticmethod
     def consistent(root: Path) -> bool:
@@ -173,7 +177,6 @@ class Follower:
                     self._writer.close()
                 return
             self._written = received
-            self.whole = self.whole or whole
             # The files of the full sync all came before SYNCED: once the batch that holds it
             # is written, so are they, and from then on an acknowledgement means the data dir
             # is whole.
