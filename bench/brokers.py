@@ -199,17 +199,22 @@ def environment_without_lavin() -> dict[str, str]:
 
 @contextmanager
 def lavin(
-    workdir: Path, extra_args: Sequence[str] = (), *, certificates: Certificates | None = None, instance: str = ""
+    workdir: Path,
+    extra_args: Sequence[str] = (),
+    *,
+    certificates: Certificates | None = None,
+    instance: str = "",
+    executable: Path | None = None,
 ) -> Iterator[Broker]:
-    """`lavin serve` from the same environment as this interpreter (.venv/bin/lavin), with
-    AMQP over WebSocket on its HTTP port, AMQPS given `certificates`, and any further
-    `lavin serve` flags."""
+    """`lavin serve` from the same environment as this interpreter (.venv/bin/lavin), or
+    another build's `executable`, with AMQP over WebSocket on its HTTP port, AMQPS given
+    `certificates`, and any further `lavin serve` flags."""
     port, http_port = free_port(), free_port()
     amqps_port = free_port() if certificates is not None else None
     name = f"Lavin{instance}"
     log = workdir / f"lavin{instance}.log"
     data_dir = workdir / f"lavin{instance}-data"
-    command = [str(Path(sys.executable).parent / "lavin"), "serve", "--data-dir", str(data_dir),
+    command = [str(executable or Path(sys.executable).parent / "lavin"), "serve", "--data-dir", str(data_dir),
                "--bind", "127.0.0.1", "--amqp-port", str(port), "--log-level", "warning",
                "--http-port", str(http_port), "--metrics-http-port", str(free_port())]  # fmt: skip
     if certificates is not None:

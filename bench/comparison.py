@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,7 +172,9 @@ def show(value: float | None) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
-def run_scenario(scenario: Scenario, broker: Broker, duration: float) -> Measured:
+def run_scenario(scenario: Scenario, broker: Broker, duration: float, launcher: Sequence[str] = ()) -> Measured:
+    """One lavin-perf run of `scenario` against `broker`; `launcher` goes before its command
+    (`taskset -c 1` runs the load generator on one CPU)."""
     print(f"{broker.name:8}  {scenario.label}: ", end="", file=sys.stderr, flush=True)
     reach = broker.perf_arguments(scenario.transport)
     if reach is None:
@@ -181,7 +183,7 @@ def run_scenario(scenario: Scenario, broker: Broker, duration: float) -> Measure
     if broker.pid is None and scenario.metric.startswith("broker_"):
         print("n/a: read from the broker's /proc entry, and its pid is not known", file=sys.stderr)
         return Measured(None, None)
-    command = [sys.executable, "-m", "lavin.bench.perf", *scenario.arguments, *reach, "--json"]
+    command = [*launcher, sys.executable, "-m", "lavin.bench.perf", *scenario.arguments, *reach, "--json"]
     if scenario.timed:
         command += ["--duration", str(duration)]
     if broker.pid is not None:

@@ -29,6 +29,7 @@ from lavin.broker.queues.expiry import message_expiration
 from lavin.broker.queues.queue import NEEDS_SYNC, MessageQueue, Queue
 from lavin.broker.routing.direct_reply import rewrite_reply_to
 from lavin.broker.routing.exchange import Exchange
+from lavin.broker.runtime.allocator import unfilled_bytearray
 from lavin.broker.runtime.stats import ChannelSnapshot, ConsumerSnapshot
 from lavin.broker.vhost import UNROUTED
 from pamqp import commands
@@ -329,6 +330,10 @@ class Channel:
             return None
         return memoryview(body)[start : start + size]
 
+    def body_left(self) -> int:
+        """Bytes of the body being received that have not arrived yet (in place or not)."""
+        return self._body_size - self._body_received
+
     def body_sink_filled(self, size: int) -> None:
         """The frame that `body_sink` gave a place to is in, end octet and all."""
         body = self._body
@@ -358,7 +363,7 @@ class Channel:
         if alarms.partial_bodies + size > PREALLOCATED_BODIES_MAX or not alarms.has_room_for(size):
             return None
         alarms.body_grew(size)
-        return bytearray(size)
+        return unfilled_bytearray(size)  # filled whole before the message exists
 
     def _drop_body(self) -> None:
         """Let go of the body being gathered (complete, or never to be), and of its share of

@@ -8,6 +8,7 @@ sent must not be able to ask for more.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Final
 
 # Output beyond this many bytes waiting for the socket pauses the connection: deliveries
@@ -21,6 +22,10 @@ PAUSED_FOR_FLOW: Final = 2  # a queue it publishes to holds it (PublisherFlow)
 PAUSED_FOR_OUTPUT: Final = 4  # what we write to it is over the high-water mark: it does not read
 PAUSED_FOR_ALARM: Final = 8  # a resource alarm blocks it as a publisher
 PAUSED_FOR_AUTHORIZATION: Final = 16  # a frame waits for an authorizer's answer (NeedsAuthorization)
+
+
+def _nothing() -> None:
+    pass
 
 
 class Output:
@@ -37,6 +42,10 @@ class Output:
         self.send_cnt = 0  # socket writes
         self._out: list[bytes | memoryview] = []
         self._gather = False  # _out holds a large delivery's pieces: written without a join
+        self._queued = 0  # bytes in _out
+        self._tick_full = False  # _out holds more than the high-water mark: deliveries wait
+        self._transport_full = False  # the transport's own high-water mark
+        self.on_writable: Callable[[], None] = _nothing  # the connection resumes its deliveries
         self._flush_scheduled = False
 
     def attach(self, transport: asyncio.Transport) -> None:
@@ -48,6 +57,9 @@ class Output:
     def send(self, data: bytes) -> None:
         """Queue bytes for the socket; one write per loop tick carries them all."""
         self._out.append(data)
+        self._queued += len(data)
+        if self._queued > WRITE_BUFFER_HIGH and not self._tick_full:
+            self._fill_tick()
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self.flush)
@@ -56,9 +68,18 @@ class Output:
         """Queue a large delivery's pieces: they go out in one gathered write, not joined."""
         self._out += parts
         self._gather = True
+        self._queued += sum(len(part) for part in parts)
+        if self._queued > WRITE_BUFFER_HIGH and not self._tick_full:
+            self._fill_tick()
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self.flush)
+
+    def _fill_tick(self) -> None:
+        """A tick's frames reached the high-water mark: a queue's batch of deliveries stops
+        here, rather than at the end of the batch (256 deliveries of any size)."""
+        self._tick_full = True
+        self._update_writable()
 
     def flush(self) -> None:
         """Write what is queued now."""
@@ -69,19 +90,23 @@ class Output:
         transport = self.transport
         if transport is None or transport.is_closing():
             out.clear()
+            self._queued = 0
             return
         self.sent_since_tick = True
         self.send_cnt += 1
+        self.send_oct += self._queued
+        self._queued = 0
         if self._gather:
             self._gather = False
-            self.send_oct += sum(len(part) for part in out)
             transport.writelines(out)
             self._out = []
-            return
-        data = b"".join(out)
-        out.clear()
-        self.send_oct += len(data)
-        transport.write(data)
+        else:
+            data = b"".join(out)
+            out.clear()
+            transport.write(data)
+        if self._tick_full:  # written: the transport's own mark says whether it may go on
+            self._tick_full = False
+            self._update_writable()
 
     def close(self) -> None:
         """Write what is queued, then close the socket."""
@@ -92,12 +117,23 @@ class Output:
     # ---- the transport's flow control ----------------------------------------------------
 
     def pause_writing(self) -> None:
-        self.writable = False
-        self.pause_reading(PAUSED_FOR_OUTPUT)
+        self._transport_full = True
+        self._update_writable()
 
     def resume_writing(self) -> None:
-        self.writable = True
-        self.resume_reading(PAUSED_FOR_OUTPUT)
+        self._transport_full = False
+        self._update_writable()
+
+    def _update_writable(self) -> None:
+        writable = not (self._transport_full or self._tick_full)
+        if writable == self.writable:
+            return
+        self.writable = writable
+        if writable:
+            self.resume_reading(PAUSED_FOR_OUTPUT)
+            self.on_writable()
+        else:
+            self.pause_reading(PAUSED_FOR_OUTPUT)
 
     # ---- reading -------------------------------------------------------------------------
 

@@ -27,6 +27,10 @@ MMAP_THRESHOLD: Final = 32 << 20
 TRIM_THRESHOLD: Final = 64 << 20
 
 _GLIBC: Final = ctypes.CDLL(None) if platform.libc_ver()[0] == "glibc" else None
+# CPython's constructor leaves a new bytearray's bytes as malloc gave them; `bytearray(n)` zeroes them.
+_NEW_BYTEARRAY: Final = ctypes.pythonapi.PyByteArray_FromStringAndSize
+_NEW_BYTEARRAY.restype = ctypes.py_object
+_NEW_BYTEARRAY.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
 
 
 def tune_allocator() -> None:
@@ -41,3 +45,11 @@ def release_free_memory() -> None:
     """Hand the pages the allocator keeps free back to the kernel (malloc_trim)."""
     if _GLIBC is not None:
         _GLIBC.malloc_trim(0)
+
+
+def unfilled_bytearray(size: int) -> bytearray:
+    """`size` bytes that are not zeroed first, for a buffer its owner fills whole before anything
+    reads it (a body received frame by frame): zeroing megabytes just before they are
+    overwritten was a tenth of the CPU time of 1 MiB messages."""
+    buffer: bytearray = _NEW_BYTEARRAY(None, size)
+    return buffer
