@@ -177,7 +177,7 @@ def restart_seconds(column: Column, directory: Path, instance: str, count: int) 
 
 
 def run_group(group: ScaleGroup, column: Column, directory: Path) -> list[Measured]:
-    """The group's figures on a fresh broker of `column`'s kind (none, n/a, where it cannot)."""
+    """The group's figures on a fresh broker of `column`'s kind; None (n/a) for those it cannot take."""
     instance = f"-{group.key}"
     restart = group.restart_count > 0 and column.restartable
     arguments = (*group.arguments, "--keep") if restart else group.arguments

@@ -17,6 +17,7 @@ import requests
 from broker_process import BrokerProcess
 from lavin.bench.brokers import write_certificates
 from lavin.bench.peers import parse_peer, peer
+from lavin.bench.perf import problems
 from lavin.bench.scale import queue_depth
 from lavin.client.wire import CHANNEL, Address, AmqpError, connect
 from pamqp import commands
@@ -89,7 +90,7 @@ def test_queued_messages_kept_are_there_after_a_restart(fresh_broker: BrokerProc
     [
         (["queued-messages", "--count", "10", "--producers", "3"], "that the --producers divide evenly"),
         (["queue-count", "--count", "0"], "queue-count needs a --count of at least 1"),
-        (["bindings", "--count", "-1"], "bindings needs a --count of at least 1"),
+        (["bindings", "--count", "0"], "bindings needs a --count of at least 1"),
     ],
 )
 def test_scale_counts_are_checked(arguments: list[str], complaint: str) -> None:
@@ -102,7 +103,7 @@ def test_queue_count_declares_and_deletes_every_queue(broker: BrokerProcess) -> 
     result = perf_ok("queue-count", "--count", "500", "--durable", *on(broker))
     assert (result["queues"], result["durable"]) == (500, True)
     assert result["declare_rate"] > 0 and result["delete_rate"] > 0
-    assert result["broker_cpu_us_per_queue"] > 0
+    assert result["broker_cpu_us_per_queue"] >= 0  # read in clock ticks: may be 0 for a run this short
     assert_rss_figures(result, "queue", 500)
     assert not {name for name in names_on(broker, "queues") if name.startswith("lavin-perf-queues-")}
 
@@ -112,7 +113,7 @@ def test_bindings_are_made_one_round_trip_each_then_removed(broker: BrokerProces
     result = perf_ok("bindings", "--count", "200", *(["--durable"] if durable else []), *on(broker))
     assert (result["bindings"], result["durable"]) == (200, durable)
     assert result["bind_rate"] > 0
-    assert result["broker_cpu_us_per_binding"] > 0
+    assert result["broker_cpu_us_per_binding"] >= 0
     for kind in ("queues", "exchanges"):
         assert not {name for name in names_on(broker, kind) if name.startswith("lavin-perf-bindings-")}
 
@@ -167,11 +168,17 @@ def test_compare_scale_rows_on_fresh_brokers() -> None:
     }
     scale_rows = {label: cells for label, cells in rows.items() if label not in ("scenario", "scale")}
     assert {label: cells[0] for label, cells in scale_rows.items()} == units
-    for label, (_, figure, cpu) in scale_rows.items():
+    for label, (unit, figure, cpu) in scale_rows.items():
         number(figure)  # a figure, not n/a
-        if units[label] != "MB" and units[label] != "s":
-            assert number(figure) > 0 and number(cpu) > 0, label
+        if unit not in ("MB", "s"):  # rates, with the broker's CPU per operation (0 in fewer than 10 ms)
+            assert number(figure) > 0 and number(cpu) >= 0, label
     assert 0 < number(scale_rows[f"{queued}: restart until all are back"][1]) < 60
     # Each group on a fresh broker of its own, started again for the restart.
     started = re.findall(r"^Lavin-(\w[\w-]*) +scale, ", done.stderr, re.MULTILINE)
     assert started == ["messages", "queues", "bindings-durable", "bindings", "connections"]
+
+
+def test_a_queue_that_holds_other_than_what_was_published_is_a_problem() -> None:
+    assert problems({"published": 20000, "queued": 20000}) == 0
+    assert problems({"published": 20000, "queued": 19998}) == 2
+    assert problems({"published": 20000}) == 0  # no queue was counted
