@@ -170,9 +170,14 @@ def port_accepts(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def wait_until_listening(
-    ports: Sequence[int], process: subprocess.Popen[bytes], name: str, log: Path, host: str = "127.0.0.1"
+    ports: Sequence[int],
+    process: subprocess.Popen[bytes],
+    name: str,
+    log: Path,
+    host: str = "127.0.0.1",
+    timeout: float = START_TIMEOUT,
 ) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
+    deadline = time.monotonic() + timeout
     while not all(port_accepts(port, host) for port in ports):
         if process.poll() is not None or time.monotonic() > deadline:
             tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
@@ -205,10 +210,12 @@ def lavin(
     certificates: Certificates | None = None,
     instance: str = "",
     executable: Path | None = None,
+    start_timeout: float = START_TIMEOUT,
 ) -> Iterator[Broker]:
     """`lavin serve` from the same environment as this interpreter (.venv/bin/lavin), or
     another build's `executable`, with AMQP over WebSocket on its HTTP port, AMQPS given
-    `certificates`, and any further `lavin serve` flags."""
+    `certificates`, and any further `lavin serve` flags. Started again with the same `workdir`
+    and `instance`, it finds the data it left (and appends to its log)."""
     port, http_port = free_port(), free_port()
     amqps_port = free_port() if certificates is not None else None
     name = f"Lavin{instance}"
@@ -220,13 +227,13 @@ def lavin(
     if certificates is not None:
         command += ["--tls-cert", str(certificates.cert), "--tls-key", str(certificates.key),
                     "--amqps-port", str(amqps_port), "--https-port", "-1"]  # fmt: skip
-    with open(log, "wb") as output:
+    with open(log, "ab") as output:
         process = subprocess.Popen(
             [*command, *extra_args], stdout=output, stderr=subprocess.STDOUT, env=environment_without_lavin()
         )
     try:
         ports = (port, http_port) if amqps_port is None else (port, http_port, amqps_port)
-        wait_until_listening(ports, process, name, log)
+        wait_until_listening(ports, process, name, log, timeout=start_timeout)
         amqps_uri, ca = amqps_reach(amqps_port, certificates)
         http_url = f"http://127.0.0.1:{http_port}"
         yield Broker(name, loopback_uri(port), process.pid, amqps_uri, ca, f"ws://127.0.0.1:{http_port}/ws/amqp",
@@ -286,14 +293,21 @@ def rabbitmq_environment(base: Path, home: Path, nodename: str, port: int) -> di
 
 @contextmanager
 def rabbitmq(
-    workdir: Path, *, certificates: Certificates | None = None, plugins: Sequence[str] = (), instance: str = ""
+    workdir: Path,
+    *,
+    certificates: Certificates | None = None,
+    plugins: Sequence[str] = (),
+    instance: str = "",
+    start_timeout: float = START_TIMEOUT,
 ) -> Iterator[Broker]:
     """A private node running only `plugins`; AMQPS given `certificates`. RabbitMQ 3.10 has
-    no AMQP over WebSocket (its Web-AMQP plugin came later), so the broker has no websocket_url."""
+    no AMQP over WebSocket (its Web-AMQP plugin came later), so the broker has no websocket_url.
+    Started again with the same `workdir` and `instance`, it is the same node on the same
+    mnesia directory."""
     name = f"RabbitMQ{instance}"
     base = workdir / f"rabbitmq{instance}"
     home = base / "home"  # the Erlang cookie goes here
-    home.mkdir(parents=True)
+    home.mkdir(parents=True, exist_ok=True)
     (base / "enabled_plugins").write_text(f"[{','.join(plugins)}].\n")  # management off unless asked for
     port = free_port()
     amqps_port = free_port() if certificates is not None else None
@@ -302,11 +316,12 @@ def rabbitmq(
     env = rabbitmq_environment(base, home, f"lavin-compare-{os.getpid()}{instance}@localhost", port)
     epmd_was_running = port_accepts(EPMD_PORT)
     log = base / "rabbitmq.log"
-    with open(log, "wb") as output:
+    with open(log, "ab") as output:
         # The script traps SIGTERM and shuts the Erlang node down cleanly.
         process = subprocess.Popen([str(RABBITMQ_SERVER)], stdout=output, stderr=subprocess.STDOUT, env=env)
     try:
-        wait_until_listening((port,) if amqps_port is None else (port, amqps_port), process, name, log)
+        ports = (port,) if amqps_port is None else (port, amqps_port)
+        wait_until_listening(ports, process, name, log, timeout=start_timeout)
         # The Erlang VM's own pid (the script's child), whose /proc entry covers every scheduler.
         pid = int((base / "pid").read_text().strip())
         amqps_uri, ca = amqps_reach(amqps_port, certificates)

@@ -3,6 +3,7 @@
     bench/compare [--duration 5] [--rounds 3] [--connections 1000] [--queues 2000] [--only WORD]
                   [--shovel-messages 200000] [--peer NAME=URI[,START_CMD]] [--peer-pid NAME=PID]
                   [--no-rabbitmq] [--cluster [--failover-kills 20]]
+                  [--scale [--scale-messages N] [--scale-queues N] [--scale-bindings N] [--scale-connections N]]
 
 Starts a Lavin and a private RabbitMQ node (`lavin.bench.brokers`; rabbitmq-server is
 installed with apt-get when missing), both with AMQPS on a certificate made for the run,
@@ -12,8 +13,9 @@ hits all, and prints a Markdown table of the medians: the figure compared, the r
 Lavin to each other broker, and each broker's CPU time per message (or queue, or
 connection) read from /proc when its pid is known. Last come the shovel rows
 (`lavin.bench.shovel`): a backlog moved by each broker's own shovel, queue to queue and to
-a second broker of the same kind. With `--cluster`, a second table follows
-(`lavin.bench.cluster_rows`): persistent publishes with confirms on a 3-node Lavin cluster
+a second broker of the same kind. With `--scale`, a table of LavinMQ's published scale claims
+follows (`lavin.bench.scale_rows`), each group of rows on fresh brokers; with `--cluster`, one
+(`lavin.bench.cluster_rows`) of persistent publishes with confirms on a 3-node Lavin cluster
 against a 3-node RabbitMQ cluster's quorum queue, and the Lavin cluster's failover time.
 A scenario a broker cannot run (AMQP over WebSocket on RabbitMQ 3.10, AMQPS on a peer
 without `{amqps_port}`, a figure read from /proc without a pid) shows n/a.
@@ -27,23 +29,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lavin.bench.brokers import Broker, Transport, ensure_rabbitmq_installed, lavin, rabbitmq, write_certificates
 from lavin.bench.load import WorkerFailed
-from lavin.bench.measure import process_cpu_seconds
+from lavin.bench.measure import wait_until_idle
 from lavin.bench.peers import PeerSpec, parse_peer, parse_peer_pid, peer
 from lavin.bench.shovel import run_shovel
 
 RUN_TIMEOUT_MARGIN = 180.0  # on top of a scenario's duration: set-up, draining, queue deletion
-IDLE_CPU_SHARE = 0.05  # a broker using less of a core than this has finished the previous run's work
-IDLE_SAMPLE = 0.5  # seconds
-IDLE_WAIT = 30.0
 
 
 @dataclass(frozen=True)
@@ -74,8 +72,18 @@ class Measured:
     cpu: float | None
 
 
+class Labelled(Protocol):
+    """What a table row shows of its scenario."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def unit(self) -> str: ...
+
+
 # A scenario and its runs on each broker, in the order of the table's columns.
-Row = tuple[Scenario | ShovelScenario, list[list[Measured]]]
+Row = tuple[Labelled, list[list[Measured]]]
 # Starts a second broker of the same kind as a column's, named with this suffix.
 TwinStarter = Callable[[str], AbstractContextManager[Broker]]
 SHOVEL_PLUGINS = ("rabbitmq_shovel",)
@@ -146,17 +154,6 @@ def shovel_scenarios(count: int) -> list[ShovelScenario]:
             ShovelScenario(f"shovel, broker to broker ({shape})", count, remote=True)]  # fmt: skip
 
 
-def wait_until_idle(pid: int) -> None:
-    """Let the broker finish what the previous run left (deleting a full queue, garbage
-    collection) so that it is not billed to the next run."""
-    deadline = time.monotonic() + IDLE_WAIT
-    while time.monotonic() < deadline:
-        before = process_cpu_seconds(pid)
-        time.sleep(IDLE_SAMPLE)
-        if process_cpu_seconds(pid) - before < IDLE_CPU_SHARE * IDLE_SAMPLE:
-            return
-
-
 def dig(result: dict[str, Any], dotted: str) -> float | None:
     value: Any = result
     for key in dotted.split("."):
@@ -172,37 +169,51 @@ def show(value: float | None) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
-def run_scenario(scenario: Scenario, broker: Broker, duration: float, launcher: Sequence[str] = ()) -> Measured:
-    """One lavin-perf run of `scenario` against `broker`; `launcher` goes before its command
-    (`taskset -c 1` runs the load generator on one CPU)."""
-    print(f"{broker.name:8}  {scenario.label}: ", end="", file=sys.stderr, flush=True)
-    reach = broker.perf_arguments(scenario.transport)
+def run_perf(
+    label: str,
+    arguments: Sequence[str],
+    broker: Broker,
+    timeout: float,
+    transport: Transport = Transport.AMQP,
+    launcher: Sequence[str] = (),
+) -> dict[str, Any] | None:
+    """lavin-perf `arguments` against `broker` (with --broker-pid once it idles, if its pid is
+    known): the results; None when it could not run, failed or lost messages, said on stderr
+    after "NAME  label: ", a line that a success leaves for the caller to end. `launcher` goes
+    before the command (`taskset -c 1` runs the load generator on one CPU)."""
+    print(f"{broker.name:8}  {label}: ", end="", file=sys.stderr, flush=True)
+    reach = broker.perf_arguments(transport)
     if reach is None:
-        print(f"n/a: no {scenario.transport.value} listener", file=sys.stderr)
-        return Measured(None, None)
-    if broker.pid is None and scenario.metric.startswith("broker_"):
-        print("n/a: read from the broker's /proc entry, and its pid is not known", file=sys.stderr)
-        return Measured(None, None)
-    command = [*launcher, sys.executable, "-m", "lavin.bench.perf", *scenario.arguments, *reach, "--json"]
-    if scenario.timed:
-        command += ["--duration", str(duration)]
+        print(f"n/a: no {transport.value} listener", file=sys.stderr)
+        return None
+    command = [*launcher, sys.executable, "-m", "lavin.bench.perf", *arguments, *reach, "--json"]
     if broker.pid is not None:
         command += ["--broker-pid", str(broker.pid)]
         wait_until_idle(broker.pid)
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=duration + RUN_TIMEOUT_MARGIN, check=False
-        )
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         print("timed out", file=sys.stderr)
-        return Measured(None, None)
+        return None
     if done.returncode != 0:
         print(f"failed ({done.returncode}): {done.stderr.strip()}", file=sys.stderr)
-        return Measured(None, None)
-    result = json.loads(done.stdout)
+        return None
+    result: dict[str, Any] = json.loads(done.stdout)
     lost = result.get("verify", {}).get("lost", 0)
     if lost:  # a figure from a broker that lost messages compares nothing
         print(f"failed: {lost} messages lost ({result['verify']})", file=sys.stderr)
+        return None
+    return result
+
+
+def run_scenario(scenario: Scenario, broker: Broker, duration: float, launcher: Sequence[str] = ()) -> Measured:
+    if broker.pid is None and scenario.metric.startswith("broker_"):
+        print(f"{broker.name:8}  {scenario.label}: n/a: read from the broker's /proc entry, and its pid is not known",
+              file=sys.stderr)  # fmt: skip
+        return Measured(None, None)
+    arguments = [*scenario.arguments, "--duration", str(duration)] if scenario.timed else scenario.arguments
+    result = run_perf(scenario.label, arguments, broker, duration + RUN_TIMEOUT_MARGIN, scenario.transport, launcher)
+    if result is None:
         return Measured(None, None)
     measured = Measured(dig(result, scenario.metric), dig(result, scenario.cpu_metric))
     tls = result.get("tls")
@@ -259,10 +270,11 @@ def median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def print_table(names: list[str], rows: list[Row]) -> None:
-    """Medians per broker, the first broker's ratio to each other one, then CPU per operation."""
+def print_table(names: list[str], rows: list[Row], title: str = "scenario") -> None:
+    """Medians per broker, the first broker's ratio to each other one, then CPU per operation;
+    `title` heads the column of labels."""
     first, others = names[0], names[1:]
-    header = ["scenario", "unit", *names, *(f"{first}/{other}" for other in others),
+    header = [title, "unit", *names, *(f"{first}/{other}" for other in others),
               f"broker CPU µs/op: {first}", *others]  # fmt: skip
     print("| " + " | ".join(header) + " |")
     print("|---|---|" + "---:|" * (len(header) - 2))
@@ -300,7 +312,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="WORD",
-        help="run only the scenarios whose label contains WORD (repeatable)",
+        help="run only the scenarios whose label contains WORD (repeatable; --scale rows too)",
     )
     parser.add_argument(
         "--peer",
@@ -339,6 +351,10 @@ def main() -> None:
         metavar="N",
         help="leader kills the --cluster failover time is measured over (default 20; 0 = none)",
     )
+    # Imported here: the scale rows build on this module's runs and table.
+    from lavin.bench.scale_rows import add_scale_options, run_scale_rows
+
+    add_scale_options(parser)
     args = parser.parse_args()
     if args.shovel_messages < 1:
         parser.error("--shovel-messages must be at least 1")
@@ -375,6 +391,8 @@ def main() -> None:
         for shovel_row in shovel_rows:
             rows.append(run_shovel_rows(shovel_row, brokers, twin_starters, args.rounds))
     print_table([broker.name for broker in brokers], rows)
+    if args.scale:  # after the main brokers stopped: fresh ones for each group of rows
+        run_scale_rows(args, pids)
     if args.cluster:
         # Imported here: the cluster rows build on this module's scenarios and table.
         from lavin.bench.cluster_rows import run_cluster_rows

@@ -67,9 +67,12 @@ def _fleet_worker(
 
 
 def raise_file_limit(needed: int) -> None:
+    """Take every descriptor the hard limit allows, as the broker does at its start: thousands
+    of connections each hold one. An unlimited hard limit is capped by the kernel (fs.nr_open),
+    so then only what is `needed`."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        ceiling = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if soft != hard:
+        ceiling = hard if hard != resource.RLIM_INFINITY else max(soft, needed)
         resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
 
 

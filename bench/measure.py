@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import resource
+import time
 from collections.abc import Sequence
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+IDLE_CPU_SHARE = 0.05  # a broker using less of a core than this has finished the previous run's work
+IDLE_SAMPLE = 0.5  # seconds
+IDLE_WAIT = 30.0
 
 
 def own_cpu_seconds() -> float:
@@ -34,9 +38,25 @@ def process_rss_kib(pid: int, *, peak: bool = False) -> int:
     raise RuntimeError(f"no {field} for process {pid}")
 
 
+def rss_growth_mb(before_kib: int, after_kib: int) -> float:
+    """RSS growth in MB (10^6 bytes), the unit of LavinMQ's published figures."""
+    return (after_kib - before_kib) * 1024 / 1e6
+
+
 def process_fd_count(pid: int) -> int:
     """Open file descriptors of a process: sockets, files, epoll, pipes."""
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def wait_until_idle(pid: int) -> None:
+    """Let the broker finish what the previous run left (deleting a full queue, garbage
+    collection, flushing) so that it is not billed to the next run or measurement."""
+    deadline = time.monotonic() + IDLE_WAIT
+    while time.monotonic() < deadline:
+        before = process_cpu_seconds(pid)
+        time.sleep(IDLE_SAMPLE)
+        if process_cpu_seconds(pid) - before < IDLE_CPU_SHARE * IDLE_SAMPLE:
+            return
 
 
 class BrokerCpu:

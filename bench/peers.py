@@ -5,7 +5,7 @@ as a shell would, but run without one) is started in the peer's own directory un
 run's temporary directory, waited for until URI (and an AMQPS port, if it has one) accepts
 connections, and stopped with SIGTERM afterwards. Placeholders in the URI and the command:
 
-- `{data_dir}`: an empty directory for the peer's data;
+- `{data_dir}`: a directory for the peer's data, empty when it is first started;
 - `{cert}`, `{key}`, `{ca}`: the run's server certificate, its key and the CA that signed it;
 - `{NAME_port}`, any name ending in `_port` (`{amqp_port}`, `{http_port}`, `{mqtt_port}`):
   a free loopback port, the same one wherever the name appears. A command that uses
@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from lavin.bench.brokers import (
+    START_TIMEOUT,
     Broker,
     Certificates,
     environment_without_lavin,
@@ -108,15 +109,26 @@ def over_amqps(uri: str, port: int) -> str:
 
 
 @contextmanager
-def peer(spec: PeerSpec, workdir: Path, certificates: Certificates, pid: int | None = None) -> Iterator[Broker]:
-    """The peer as a `Broker`: started from its START_CMD, or found running at its URI."""
+def peer(
+    spec: PeerSpec,
+    workdir: Path,
+    certificates: Certificates,
+    pid: int | None = None,
+    *,
+    instance: str = "",
+    start_timeout: float = START_TIMEOUT,
+) -> Iterator[Broker]:
+    """The peer as a `Broker`: started from its START_CMD, or found running at its URI.
+    A started peer's directory is `workdir/peer-NAME{instance}`: started again with the same
+    ones, it finds its data dir as it left it."""
     if spec.start is None:
         host, port = host_and_port(spec.uri)
         if not port_accepts(port, host):
             raise RuntimeError(f"{spec.name}: nothing accepts connections at {host}:{port} (and no START_CMD)")
         yield Broker(spec.name, spec.uri, pid)
         return
-    directory = workdir / f"peer-{spec.name}"
+    name = f"{spec.name}{instance}"
+    directory = workdir / f"peer-{name}"
     values = {"data_dir": str(directory / "data"), "cert": str(certificates.cert),
               "key": str(certificates.key), "ca": str(certificates.ca)}  # fmt: skip
     values |= {name: str(free_port()) for name in spec.placeholders if name.endswith(PORT_SUFFIX)}
@@ -128,16 +140,16 @@ def peer(spec: PeerSpec, workdir: Path, certificates: Certificates, pid: int | N
     host, port = host_and_port(uri)
     amqps_port = int(values[AMQPS_PORT]) if AMQPS_PORT in values else None
     ports = [port] if amqps_port is None else [port, amqps_port]
-    (directory / "data").mkdir(parents=True)
+    (directory / "data").mkdir(parents=True, exist_ok=True)
     log = directory / "output.log"
-    with open(log, "wb") as output:
+    with open(log, "ab") as output:
         process = subprocess.Popen(
             command, cwd=directory, stdout=output, stderr=subprocess.STDOUT, env=environment_without_lavin()
         )
     try:
-        wait_until_listening(ports, process, spec.name, log, host)
-        print(f"{spec.name}: pid {process.pid}: {shlex.join(command)}", file=sys.stderr)
+        wait_until_listening(ports, process, name, log, host, start_timeout)
+        print(f"{name}: pid {process.pid}: {shlex.join(command)}", file=sys.stderr)
         amqps_uri = None if amqps_port is None else over_amqps(uri, amqps_port)
-        yield Broker(spec.name, uri, pid if pid is not None else process.pid, amqps_uri, certificates.ca)
+        yield Broker(name, uri, pid if pid is not None else process.pid, amqps_uri, certificates.ca)
     finally:
-        stop_process(process, spec.name)
+        stop_process(process, name)

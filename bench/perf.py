@@ -8,6 +8,7 @@
     lavin-perf fanout --queues 100 --verify --count 10000
     lavin-perf many-connections --connections 1000 --rate-per-connection 100
     lavin-perf backlog --backlog-bytes 10000000000 --dd-dir /var/lib/lavin
+    lavin-perf queued-messages --count 100000000 --broker-pid 1234 --keep
 
 See docs/benchmarks.md for every scenario and what its numbers mean.
 """
@@ -25,6 +26,14 @@ from urllib.parse import urlsplit
 
 from lavin.bench.fleet import spread
 from lavin.bench.load import WorkerFailed
+from lavin.bench.scale import (
+    SCALE_SCENARIOS,
+    add_scale_scenarios,
+    bindings,
+    check_scale_arguments,
+    queue_count,
+    queued_messages,
+)
 from lavin.bench.scan import CLOCK_STAMP, SEQUENCE_STAMP
 from lavin.bench.scenarios import (
     backlog,
@@ -159,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     churn.add_argument("-C", "--count", type=int, default=1000, help="queues (default 1000)")
     _add_routing_scenarios(commands, common, consumer)
     _add_backlog_scenarios(commands, common)
+    add_scale_scenarios(commands, common)
     return parser
 
 
@@ -288,6 +298,8 @@ def run_scenario(args: argparse.Namespace) -> dict[str, Any]:
         return idle_connections(broker_address(args), args.count, args.broker_pid)
     if scenario == "queue-churn":
         return queue_churn(broker_address(args), args.count, args.broker_pid)
+    if scenario in SCALE_SCENARIOS:
+        return run_scale(args, progress)
     if scenario == "consume-only":
         spec = load_spec(args, Stamp.NONE, args.producers)
         return consume_only(spec, args.producers, args.consumers, args.count, args.broker_pid, progress)
@@ -306,6 +318,15 @@ def run_scenario(args: argparse.Namespace) -> dict[str, Any]:
     spec = load_spec(args, stamp, args.producers)
     duration = 0.0 if spec.count else args.duration
     return message_flow(spec, args.producers, consumers, duration, args.broker_pid, progress)
+
+
+def run_scale(args: argparse.Namespace, progress: TextIO | None) -> dict[str, Any]:
+    """queued-messages, queue-count and bindings: LavinMQ's scale claims."""
+    if args.scenario == "queued-messages":
+        spec = replace(load_spec(args, Stamp.NONE, args.producers), count=args.count // args.producers)
+        return queued_messages(spec, args.producers, args.keep, args.broker_pid, progress)
+    run = queue_count if args.scenario == "queue-count" else bindings
+    return run(broker_address(args), args.count, args.durable, args.broker_pid)
 
 
 def run_routed(args: argparse.Namespace, progress: TextIO | None) -> dict[str, Any]:
@@ -370,6 +391,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"latency needs --size of at least {CLOCK_STAMP.size}")
     if args.scenario == "latency" and args.rate <= 0:
         parser.error("latency needs a --rate")
+    check_scale_arguments(parser, args)
 
 
 def _flatten(result: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -405,8 +427,10 @@ def print_text(scenario: str, result: dict[str, Any]) -> None:
 
 
 def problems(result: dict[str, Any]) -> int:
-    """Messages lost, duplicated or out of order (0 when not verifying)."""
-    return sum(result.get("verify", {}).values())
+    """Messages lost, duplicated or out of order (0 when not verifying), or missing from or
+    extra in the queue that queued-messages filled."""
+    verified: int = sum(result.get("verify", {}).values())
+    return verified + (abs(result["queued"] - result["published"]) if "queued" in result else 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from lavin.bench.fleet import Link, fleet_consumer, fleet_producer, open_idle_connections
 from lavin.bench.load import MB, Worker, run_load
-from lavin.bench.measure import BrokerCpu, own_cpu_seconds, process_rss_kib
+from lavin.bench.measure import BrokerCpu, own_cpu_seconds, process_rss_kib, rss_growth_mb
 from lavin.bench.topology import Topology, declare_topology, delete_topology
 from lavin.bench.workers import LoadSpec, Stamp, produce
 from lavin.client.wire import CHANNEL, Address, Connection, close_all, connect
@@ -186,6 +186,7 @@ def idle_connections(address: Address, count: int, broker_pid: int) -> dict[str,
         "open_rate": count / open_seconds,
         "broker_rss_kib_before": rss_before,
         "broker_rss_kib_after": rss_after,
+        "broker_rss_growth_mb": rss_growth_mb(rss_before, rss_after),
         "broker_rss_kib_per_connection": (rss_after - rss_before) / count,
         "broker_cpu_us_per_connection": broker_cpu.micros_per(count),
         "generator_cpu_s": generator_cpu,

@@ -227,7 +227,8 @@ def test_many_connection_scenarios_need_plain_tcp() -> None:
 
 def test_every_scenario_has_a_help_text() -> None:
     scenarios = ("throughput", "publish-only", "consume-only", "latency", "connections", "queue-churn",
-                 "fanout", "topic", "many-queues", "many-connections", "backlog", "disk")  # fmt: skip
+                 "fanout", "topic", "many-queues", "many-connections", "backlog", "disk",
+                 "queued-messages", "queue-count", "bindings")  # fmt: skip
     for scenario in scenarios:
         result = subprocess.run(
             [sys.executable, "-m", "lavin.bench.perf", scenario, "--help"], capture_output=True, text=True, timeout=30
