@@ -304,6 +304,7 @@ class Channel:
             self._body = body = self._new_body(payload)
         elif len(body) == self._body_size:  # allocated whole: filled in place
             body[self._body_received : received] = payload
+            self.connection.alarms.unfilled_bodies -= len(payload)
         else:
             body += payload
             self.connection.alarms.body_grew(len(payload))
@@ -340,6 +341,7 @@ class Channel:
         if body is None:  # let go meanwhile: the channel closed
             return
         self._body_received += size
+        self.connection.alarms.unfilled_bodies -= size
         if self._body_received == self._body_size:
             self._drop_body()
             self._complete_publish(body)
@@ -352,6 +354,7 @@ class Channel:
             self.connection.alarms.body_grew(len(first))
             return bytearray(first)
         body[: len(first)] = first
+        self.connection.alarms.unfilled_bodies -= len(first)
         return body
 
     def _whole_body(self) -> bytearray | None:
@@ -363,6 +366,7 @@ class Channel:
         if alarms.partial_bodies + size > PREALLOCATED_BODIES_MAX or not alarms.has_room_for(size):
             return None
         alarms.body_grew(size)
+        alarms.unfilled_bodies += size
         return unfilled_bytearray(size)  # filled whole before the message exists
 
     def _drop_body(self) -> None:
@@ -371,7 +375,9 @@ class Channel:
         self.connection.unfinished_body_bytes -= self._body_size
         self._body_size = 0
         if self._body is not None:
-            self.connection.alarms.body_released(len(self._body))
+            alarms = self.connection.alarms
+            alarms.body_released(len(self._body))
+            alarms.unfilled_bodies -= len(self._body) - self._body_received  # a body left unfinished
             self._body = None
 
     def _complete_publish(self, body: Body) -> None:

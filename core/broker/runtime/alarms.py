@@ -75,6 +75,9 @@ class ResourceAlarms:
         self.node = f"lavin@{socket.gethostname()}"
         self.active: set[str] = set()  # the alarms that are on
         self.partial_bodies = 0  # bytes of message bodies being received, on every connection
+        # Bytes of bodies allocated whole but not received yet: not resident until they are
+        # written (the buffers are not zeroed), but as good as used.
+        self.unfilled_bodies = 0
         self._sampled_memory = 0  # resident memory at the last check
         self._sampled_partial = 0  # partial_bodies then
         self._blocked: set[BlockedPublisher] = set()
@@ -139,7 +142,7 @@ class ResourceAlarms:
     def _check(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = loop.call_later(CHECK_INTERVAL, self._check, loop)
         release_free_memory()  # what the tuned allocator keeps for reuse does not count
-        used = resident_memory()
+        used = resident_memory() + self.unfilled_bodies
         self._sampled_memory = used
         self._sampled_partial = self.partial_bodies
         self._update(MEMORY, used > self.memory_limit, f"memory used {used}, allowed {self.memory_limit}")
