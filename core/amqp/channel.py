@@ -331,10 +331,6 @@ class Channel:
             return None
         return memoryview(body)[start : start + size]
 
-    def body_left(self) -> int:
-        """Bytes of the body being received that have not arrived yet (in place or not)."""
-        return self._body_size - self._body_received
-
     def body_sink_filled(self, size: int) -> None:
         """The frame that `body_sink` gave a place to is in, end octet and all."""
         body = self._body

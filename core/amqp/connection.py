@@ -41,17 +41,9 @@ CLOSE_TIMEOUT: Final = 3.0
 # A body frame at least this large that a read ends in is received in place (`_fill_sink`).
 SINK_MIN: Final = 4096
 _NO_SINK: Final = memoryview(b"")
-# The rest of a body frame at least this large is read from the socket straight into the
-# message's body: no copy on the way (`get_buffer`).
-DIRECT_READ_MIN: Final = 16 * 1024
-# Other reads land here and go on as bytes, as a plain Protocol's transport would hand them
-# over. The loop reads one socket at a time and the bytes are taken at once: one buffer
-# serves every connection.
-_READ_BUFFER: Final = memoryview(bytearray(256 * 1024))
-_FRAME_END_AND_HEAD: Final = 8  # the end octet of one frame and the header of the next
 
 
-class Connection(asyncio.BufferedProtocol):
+class Connection(asyncio.Protocol):
     """The AMQP side of one TCP connection."""
 
     def __init__(self, broker: Broker, direct_user: User | None = None) -> None:
@@ -75,7 +67,6 @@ class Connection(asyncio.BufferedProtocol):
         self._sink = _NO_SINK
         self._sink_size = 0  # the frame's payload size
         self._sink_head = b""  # its first octets, for an error that names it
-        self._reading_sink = False  # the read under way goes straight into `_sink`
         self.channels: dict[int, Channel] = {}
         # What the handshake sets: the client's properties and mechanism at start-ok, the
         # user and its permission checks at login, the limits at tune-ok, the vhost at open.
@@ -148,39 +139,13 @@ class Connection(asyncio.BufferedProtocol):
         for channel in list(self.channels.values()):
             channel.resume_deliveries()
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        """Where the transport reads next: the rest of a large body frame straight into the
-        message's body; between the frames of a large body only up to the next frame's header,
-        so that its payload is read straight in too; else the shared read buffer."""
-        self._reading_sink = False
-        channel = self._sink_channel
-        if channel is not None:
-            left = len(self._sink)
-            if left >= DIRECT_READ_MIN:
-                self._reading_sink = True
-                return self._sink
-            # The next frame is most likely another as large: read only up to its payload.
-            if self._sink_size >= DIRECT_READ_MIN and channel.body_left() - self._sink_size >= DIRECT_READ_MIN:
-                return _READ_BUFFER[: left + _FRAME_END_AND_HEAD]
-        return _READ_BUFFER
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._reading_sink:
-            self._count_read(nbytes)
-            self._sink = self._sink[nbytes:]
-            return
-        self.data_received(bytes(_READ_BUFFER[:nbytes]))
-
-    def _count_read(self, size: int) -> None:
-        self.received_since_tick = True
-        self.recv_oct += size
-        self.recv_cnt += 1
-        self.received_at = int(time.time() * 1000)
-
     def data_received(self, data: bytes) -> None:
         if self.state == CLOSED:  # close-ok sent: what the client sent before it saw it is dropped
             return
-        self._count_read(len(data))
+        self.received_since_tick = True
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
+        self.received_at = int(time.time() * 1000)
         buffer = self.buffer
         if self.output.reading_paused_by & PAUSED_FOR_AUTHORIZATION:
             buffer += data  # what was read already waits behind the frame that waits for an answer

@@ -9,7 +9,6 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
 from lavin.amqp.connection import Connection
 from lavin.broker.broker import Broker
@@ -45,10 +44,8 @@ class AmqpListeners:
         self.tls: ServingPort | None = None
         self._unix_socket: tuple[Path, int] | None = None  # path and inode, to remove it on close
 
-    def connection(self) -> asyncio.Protocol:
-        # A BufferedProtocol (a plain socket reads straight into it) that also takes
-        # data_received, as the TLS, PROXY and WebSocket layers hand their bytes over.
-        return cast(asyncio.Protocol, Connection(self.broker))
+    def connection(self) -> Connection:
+        return Connection(self.broker)
 
     async def start(self) -> None:
         """Open every configured listener; if one cannot open, close those that did."""
