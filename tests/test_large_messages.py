@@ -1,4 +1,4 @@
-"""Large messages: bodies read from the socket straight into place arrive whole and in
+"""Large messages: bodies gathered in buffers that are not zeroed first arrive whole and in
 order beside small ones, and a consumer that does not read its large deliveries holds no
 more than the connection's high-water mark."""
 
@@ -15,7 +15,7 @@ from pamqp import commands
 
 MiB = 1024 * 1024
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-# Above and below a body frame's size (128 KiB) and the size read in place (16 KiB), in turn.
+# Above and below a body frame's size (128 KiB), in turn.
 SIZES = [MiB + 17, 100, 300 * 1024, 5, 3 * MiB, 40_000, 700 * 1024, 1]
 
 
@@ -57,8 +57,8 @@ def test_large_and_small_deliveries_arrive_whole_and_in_order(
 
 
 def test_messages_published_one_write_at_a_time_arrive_whole_and_in_order(broker: BrokerProcess) -> None:
-    """Each message its own socket write: reads stop at frame boundaries and large bodies are
-    read in place, one frame after another."""
+    """Each message its own socket write: reads end inside frames and bodies are received in
+    place, one frame after another."""
     queue = "large-messages-one-by-one"
     count = 200
     with connect(broker.url) as publisher, connect(broker.url) as consumer:
