@@ -17,13 +17,12 @@ from typing import Any, TextIO
 from lavin.bench.fleet import pipelined
 from lavin.bench.load import run_load
 from lavin.bench.measure import BrokerCpu, own_cpu_seconds, process_rss_kib, rss_growth_mb, wait_until_idle
-from lavin.bench.scenarios import declare_queue, delete_queue
+from lavin.bench.scenarios import SETTLE_SECONDS, declare_queue, delete_queue
 from lavin.bench.workers import LoadSpec
 from lavin.client.wire import CHANNEL, Address, connect
 from pamqp import commands
 
 SCALE_SCENARIOS = ("queued-messages", "queue-count", "bindings")
-SETTLE_SECONDS = 1.0  # before reading the broker's RSS, on top of waiting until it idles
 
 
 def add_scale_scenarios(subcommands: Any, common: argparse.ArgumentParser) -> None:
@@ -66,7 +65,8 @@ def check_scale_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
 
 
 def settled_rss_kib(broker_pid: int | None) -> int | None:
-    """The broker's RSS once it has settled; None without its pid."""
+    """The broker's RSS once it has settled (SETTLE_SECONDS, then until it idles); None
+    without its pid."""
     if broker_pid is None:
         return None
     time.sleep(SETTLE_SECONDS)

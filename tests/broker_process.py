@@ -22,6 +22,8 @@ from typing import IO
 START_TIMEOUT = 15.0
 _instances = itertools.count(1)  # names each broker's log and ready file apart
 
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
 
 def hermetic_env() -> dict[str, str]:
     """The test environment without LAVIN_* variables, which would reconfigure the broker."""
@@ -185,6 +187,13 @@ class BrokerProcess:
 
 # The type of the `broker_factory` fixture: (extra_args=(), env=None, data_dir=None) -> started.
 BrokerFactory = Callable[..., BrokerProcess]
+
+
+def broker_rss(broker: BrokerProcess) -> int:
+    """The broker's resident memory now, in bytes (from /proc/PID/statm)."""
+    assert broker.pid is not None
+    with open(f"/proc/{broker.pid}/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE_SIZE
 
 
 def stop_quietly(process: BrokerProcess) -> None:

@@ -4,30 +4,22 @@ counted and given back."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pika
 import pytest
-from broker_process import BrokerFactory, BrokerProcess
+from broker_process import BrokerFactory, BrokerProcess, broker_rss
 from helpers import drain, open_session, process_for, process_until, unique_name, wait_until
 from lavin.client.wire import Connection, connect, content_body_frame, content_header_frame, method_frame
 from lavin.config import StartupError, parse_bytes, read_config_file
 from pamqp import commands
 
 MiB = 1024 * 1024
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 WATERMARK = 200 * MiB
 BODY_SIZE = 100 * MiB  # announced by each partial message; max_message_size is 128 MiB
 # Over the watermark, the broker takes at most one more socket read per connection.
 OVERSHOOT = 32 * MiB
-
-
-def broker_rss(broker: BrokerProcess) -> int:
-    assert broker.pid is not None
-    with open(f"/proc/{broker.pid}/statm") as statm:
-        return int(statm.read().split()[1]) * PAGE_SIZE
 
 
 # Room for every partial body these tests start on one connection, so that the memory they

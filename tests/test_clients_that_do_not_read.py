@@ -3,25 +3,17 @@ basic.return, replies and every other answer stop at the connection's high-water
 
 from __future__ import annotations
 
-import os
 import time
 
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, broker_rss
 from lavin.client.wire import Connection, connect, content_body_frame, content_header_frame, method_frame
 from pamqp import commands
 
 MiB = 1024 * 1024
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 BODY = b"x" * 65536
 COUNT = 3000  # 3000 x 64 KiB: about 190 MiB written back if nothing held it
 GROWTH_LIMIT = 48 * MiB  # the 4 MiB high-water mark, read buffers and allocator slack
 REPLY_TO = "amq.rabbitmq.reply-to"
-
-
-def broker_rss(broker: BrokerProcess) -> int:
-    assert broker.pid is not None
-    with open(f"/proc/{broker.pid}/statm") as statm:
-        return int(statm.read().split()[1]) * PAGE_SIZE
 
 
 def publish_frames(routing_key: str, mandatory: bool = False) -> bytes:

@@ -4,17 +4,15 @@ more than the connection's high-water mark."""
 
 from __future__ import annotations
 
-import os
 import struct
 import time
 
 import pytest
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, broker_rss
 from lavin.client.wire import Connection, connect
 from pamqp import commands
 
 MiB = 1024 * 1024
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 # Above and below a body frame's size (128 KiB), in turn.
 SIZES = [MiB + 17, 100, 300 * 1024, 5, 3 * MiB, 40_000, 700 * 1024, 1]
 
@@ -27,12 +25,6 @@ def body(sequence: int, size: int) -> bytes:
 
 def declare(connection: Connection, queue: str) -> None:
     connection.call(commands.Queue.Declare(queue=queue), commands.Queue.DeclareOk, 1)
-
-
-def broker_rss(broker: BrokerProcess) -> int:
-    assert broker.pid is not None
-    with open(f"/proc/{broker.pid}/statm") as statm:
-        return int(statm.read().split()[1]) * PAGE_SIZE
 
 
 @pytest.mark.parametrize(("no_ack", "frame_max"), [(True, None), (False, None), (True, 4096), (False, 65536)])

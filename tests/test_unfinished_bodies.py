@@ -8,20 +8,13 @@ import hashlib
 import os
 from pathlib import Path
 
-from broker_process import BrokerFactory, BrokerProcess
+from broker_process import BrokerFactory, BrokerProcess, broker_rss
 from helpers import open_session, wait_until
 from lavin.client.wire import Connection, connect, content_body_frame, content_header_frame, method_frame
 from pamqp import commands
 
 MiB = 1024 * 1024
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 DEFAULT_BOUND = 128 * MiB  # max_unfinished_body_bytes' default
-
-
-def broker_rss(broker: BrokerProcess) -> int:
-    assert broker.pid is not None
-    with open(f"/proc/{broker.pid}/statm") as statm:
-        return int(statm.read().split()[1]) * PAGE_SIZE
 
 
 def start_body(connection: Connection, channel: int, routing_key: str, size: int) -> None:
