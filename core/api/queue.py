@@ -145,6 +145,14 @@ class QueueType(MessageStore):
         """The core delivered the message `push` just returned straight to a consumer:
         mark it taken without `take`."""
 
+    def push_taken(self, message: Message) -> int:
+        """`push` then `skip`: the core delivers the message straight to a consumer, and
+        only calls this when no other message is ready. A type may save work here (the
+        core's segment store keeps no decoded copy of it)."""
+        message_id = self.push(message)
+        self.skip(message_id)
+        return message_id
+
     @abstractmethod
     def remove(self, message_id: int) -> None:
         """Drop a ready message wherever it waits, as if taken and acked (expiry out of turn)."""

@@ -177,6 +177,14 @@ class QueueTypeKit:
         assert store.take() is not None and store.peek() is None
         store.ack(ids[b"direct"])
 
+    def test_push_taken_hands_the_message_over_without_making_it_ready(self, store: QueueType) -> None:
+        message_id = store.push_taken(kit_message(b"direct"))
+        self.assert_counts(store, [])
+        assert store.take() is None and bytes(store.read(message_id).body) == b"direct"
+        store.requeue([message_id])
+        assert self.take_all(store) == [(message_id, b"direct", True)]
+        store.ack(message_id)
+
     def test_remove_drops_a_ready_message_wherever_it_waits(self, store: QueueType) -> None:
         pushed = bodies(5)
         ids = self.push_all(store, pushed)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from lavin.api.message import Message, encode_properties, is_persistent, message_priority
+from lavin.storage.segments.decoded_window import window_bytes
 from lavin.storage.segments.segment_store import RESIDENT_READY_MESSAGES, SegmentStore
 from lavin.storage.segments.segment_store import resident_bytes as unwritten_bytes
 
@@ -100,6 +101,22 @@ def test_skip_marks_the_just_pushed_message_taken(store: SegmentStore) -> None:
         store.ack(message_id)
     last = store.push(message(b"last"))
     assert take(store)[0] == last
+
+
+def test_a_message_pushed_taken_is_kept_as_its_record_only(store: SegmentStore) -> None:
+    """Delivered at once, it needs no decoded copy: a requeue reads it back from its record."""
+    held_before = window_bytes()
+    sent = Message("ex", "key", encode_properties({"content_type": "text/plain", "delivery_mode": 2}), b"x" * 10, 42)
+    message_id = store.push_taken(sent)
+    assert (len(store), store.ready_bytes, window_bytes()) == (0, 0, held_before)
+    store.push(message(b"next"))
+    assert take(store)[1].body == b"next"
+    store.requeue([message_id])
+    taken_id, taken, redelivered = take(store)
+    assert (taken_id, redelivered) == (message_id, True)
+    assert (taken.exchange, taken.routing_key, taken.properties, taken.body, taken.timestamp) == (
+        "ex", "key", sent.properties, b"x" * 10, 42)  # fmt: skip
+    store.ack(message_id)
 
 
 def test_skip_of_the_head_when_more_are_queued(store: SegmentStore) -> None:
@@ -511,15 +528,17 @@ def test_random_operations_match_a_simple_model(tmp_path: Path) -> None:
         if op < 0.33:
             body = b"b" * rng.randrange(0, 100)
             persistent = rng.random() < 0.5
-            message_id = store.push(message(body, persistent))
+            straight = not model.ready and not model.requeued and rng.random() < 0.5  # to a waiting consumer
+            if straight and rng.random() < 0.5:
+                message_id = store.push_taken(message(body, persistent))
+            else:
+                message_id = store.push(message(body, persistent))
+                if straight:
+                    store.skip(message_id)
+            (model.taken if straight else model.ready).append(message_id)
             model.sizes[message_id] = len(body)
             # ids restart at segment 1 when a restart leaves no segment behind
             (model.persistent.add if persistent else model.persistent.discard)(message_id)
-            if not model.ready and not model.requeued and rng.random() < 0.5:
-                store.skip(message_id)
-                model.taken.append(message_id)
-            else:
-                model.ready.append(message_id)
         elif op < 0.58:
             item = store.take()
             redelivered = bool(model.requeued)

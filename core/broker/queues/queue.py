@@ -321,13 +321,12 @@ class MessageQueue(Queue):
             # Nobody can ask for it back: it need not be stored at all.
             consumer.deliver(self, -1, message, False)
             return STORED
-        message_id = store.push(message)
+        message_id = store.push(message) if consumer is None else store.push_taken(message)
         self._mark_dirty(self)
         # The flag word's reader: Message.persistent would decode every property of each message.
         status = NEEDS_SYNC if self.durable and is_persistent(message.properties) else STORED
         due = self._due(message)
         if consumer is not None:
-            store.skip(message_id)
             if due is not None:
                 self._expiry.add(message_id, due, taken=True)
             consumer.deliver(self, message_id, message, False)

@@ -93,8 +93,7 @@ class DelayedMessages:
         props["headers"] = {**props["headers"], DELAY_HEADER: -delay}
         received = message.timestamp or now_ms()
         held = Message(message.exchange, message.routing_key, encode_properties(props), message.body, received)
-        message_id = self.store.push(held)
-        self.store.skip(message_id)
+        message_id = self.store.push_taken(held)  # held apart, never ready: taken at once
         heappush(self._due, (received + delay, message_id))
         self._mark_dirty()
         self._arm()

@@ -230,6 +230,39 @@ class SegmentStore:
 
     def push(self, message: Message) -> int:
         """Append a ready message and return its id."""
+        message_id = self._append(message)
+        # Not with a timestamp of 0: the record's own then differs from the object's. Nor
+        # behind a backlog larger than the window: the message would be evicted before the
+        # cursor gets to it, as long as the publisher goes on (publish-only, a slow consumer).
+        if message.timestamp and self._ready <= WINDOW_MESSAGES:
+            self._window.remember(message_id, self._last_push_end - message_id, message)
+        return message_id
+
+    def push_taken(self, message: Message) -> int:
+        """`push` and `skip` in one: the message goes straight to a consumer, so the window
+        of recent appends, which only saves a later read, never holds it."""
+        message_id = self._append(message)
+        if self._ready - self._requeued_ready == 1:
+            self._skip_last_push()
+        else:
+            self.skip(message_id)  # others wait ahead of it: taken if next in line, else refused
+        return message_id
+
+    def _skip_last_push(self) -> None:
+        """The only message past the cursor is the one just pushed: jump behind it."""
+        if self._removed_ahead:
+            self._removed_ahead.clear()  # all of them lie between the cursor and this message
+            self._next_skip = _NO_SKIP
+        if self._cursor is not self._write:
+            self._move_cursor(self._write)
+        self._cursor_id = self._last_push_end
+        self._ready -= 1
+        self._ready_bytes -= self._last_push_body_size
+        if self._last_push_persistent:
+            self._no_longer_ready_persistent(self._last_push_body_size)
+
+    def _append(self, message: Message) -> int:
+        """Write a ready message's record (buffered) and count it; returns its id."""
         exchange, routing_key, size = self._records.prepare(message)
         properties = message.properties
         body = message.body
@@ -261,11 +294,6 @@ class SegmentStore:
         self._ready += 1
         self._ready_bytes += len(body)
         message_id = segment.base | position
-        # Not with a timestamp of 0: the record's own then differs from the object's. Nor
-        # behind a backlog larger than the window: the message would be evicted before the
-        # cursor gets to it, as long as the publisher goes on (publish-only, a slow consumer).
-        if timestamp and self._ready <= WINDOW_MESSAGES:
-            self._window.remember(message_id, size, message)
         self._last_push_id = message_id
         self._last_push_end = message_id + size
         self._last_push_body_size = len(body)
@@ -348,17 +376,7 @@ class SegmentStore:
         """Mark the next ready message taken without reading it: the core delivered it
         straight from `push`. Raises ValueError for any other id."""
         if message_id == self._last_push_id and self._ready - self._requeued_ready == 1:
-            # The only message past the cursor is the one just pushed: jump behind it.
-            if self._removed_ahead:
-                self._removed_ahead.clear()  # all of them lie between the cursor and this message
-                self._next_skip = _NO_SKIP
-            if self._cursor is not self._write:
-                self._move_cursor(self._write)
-            self._cursor_id = self._last_push_end
-            self._ready -= 1
-            self._ready_bytes -= self._last_push_body_size
-            if self._last_push_persistent:
-                self._no_longer_ready_persistent(self._last_push_body_size)
+            self._skip_last_push()
             self._window.forget_last(message_id)
             return
         if self._ready == self._requeued_ready:
