@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,9 @@ from typing import Any
 
 import pytest
 from broker_process import BrokerProcess, stop_quietly
+from lavin.amqp.codec import method_frame
+from lavin.bench.scan import ConfirmTracker
+from pamqp import commands
 from tls_certs import TlsFiles, write_tls_files
 
 HOST = "127.0.0.1"
@@ -237,3 +241,26 @@ def test_every_scenario_has_a_help_text() -> None:
         assert "--uri" in result.stdout
         assert "--tls" in result.stdout
         assert "--ws" in result.stdout
+
+
+def test_confirms_one_by_one_are_counted_without_keeping_each_tag() -> None:
+    """Brokers that confirm every publish on its own (LavinMQ) must not make lavin-perf hold a
+    tag per message: a hundred million of them were gigabytes."""
+
+    def acks(*tags: int, multiple: bool = False) -> bytearray:
+        return bytearray(b"".join(method_frame(1, commands.Basic.Ack(tag, multiple)) for tag in tags))
+
+    tracker = ConfirmTracker()
+    tracemalloc.start()
+    for first in range(1, 200_001, 1000):
+        frames = acks(*range(first, first + 1000))
+        assert tracker.scan(frames) == len(frames)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert tracker.settled == 200_000
+    assert held < 100_000, f"{held} bytes held after 200,000 confirms in order"
+    tracker.scan(acks(200_003, 200_002))  # out of order: counted, the floor waits for 200,001
+    assert tracker.settled == 200_002
+    tracker.scan(acks(200_001))
+    tracker.scan(acks(200_005, multiple=True))
+    assert tracker.settled == 200_005

@@ -40,6 +40,7 @@ _CRC: Final = struct.Struct("<I")
 _TIMESTAMP_EXCHANGE_SIZE: Final = struct.Struct("<9xQB")  # read past the header
 _U64: Final = struct.Struct("<Q")
 _CRC_START: Final = 8  # the crc covers the record from the flags byte on
+_crc32: Final = zlib.crc32  # compiled, a module attribute is looked up at every call
 
 # Header, timestamp and the length fields of exchange, routing key, properties and body.
 FIXED_SIZE: Final = HEADER_SIZE + 8 + 1 + 1 + 4 + 8
@@ -270,27 +271,33 @@ def body_size(buffer: bytes | bytearray, offset: int) -> int:
     return int(_U64.unpack_from(buffer, _body_length_offset(buffer, offset))[0])
 
 
-def check_record(view: memoryview, offset: int) -> tuple[int, bool, int] | None:
-    """(size, persistent, body size) of the record at `offset`, or None when it fails its
-    crc or its field lengths disagree. `view` must hold the whole record."""
-    length, crc = _LENGTH_CRC.unpack_from(view, offset)
-    end = offset + HEADER_SIZE + length
-    if length < FIXED_SIZE - HEADER_SIZE or end > len(view):
-        return None
-    if zlib.crc32(view[offset + _CRC_START : end]) != crc:
-        return None
+def checked_body_size(data: bytes, offset: int) -> int:
+    """Body size of the record at `offset`, or DAMAGED when it fails its crc, its field
+    lengths disagree, or `data` ends before it. A recovery scan calls this for every record:
+    integers are read octet by octet, which compiled allocates nothing (a struct unpack
+    builds a tuple each time)."""
+    if offset + HEADER_SIZE > len(data):
+        return DAMAGED
+    end = offset + HEADER_SIZE + u32_at(data, offset)
+    if end - offset < FIXED_SIZE or end > len(data):
+        return DAMAGED
+    if _crc32(data[offset + _CRC_START : end]) != u32_at(data, offset + 4):
+        return DAMAGED
     # Walk the length fields; each must land inside the record, the body exactly at its end.
     position = offset + HEADER_SIZE + 8
-    position += 1 + view[position]
+    position += 1 + data[position]
     if position >= end:
-        return None
-    position += 1 + view[position]
+        return DAMAGED
+    position += 1 + data[position]
     if position + 4 > end:
-        return None
-    position += 4 + LENGTH.unpack_from(view, position)[0]
+        return DAMAGED
+    position += 4 + u32_at(data, position)
     if position + 8 > end:
-        return None
-    size = int(_U64.unpack_from(view, position)[0])
-    if position + 8 + size != end:
-        return None
-    return end - offset, bool(view[offset + _CRC_START] & FLAG_PERSISTENT), size
+        return DAMAGED
+    size = u32_at(data, position) | u32_at(data, position + 4) << 32
+    return size if position + 8 + size == end else DAMAGED
+
+
+def u32_at(data: bytes, offset: int) -> int:
+    """The little-endian u32 at `offset` (lengths and crcs in records)."""
+    return data[offset] | data[offset + 1] << 8 | data[offset + 2] << 16 | data[offset + 3] << 24

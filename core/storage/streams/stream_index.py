@@ -157,7 +157,7 @@ def scan_index(fd: int, path: Path, first_offset: int) -> SegmentIndex | None:
     it keeps."""
     index = SegmentIndex(first_offset)
 
-    def add(position: int, chunk: memoryview, offset: int, checked: tuple[int, bool, int]) -> None:
-        index.add(position, checked[0], record_timestamp(chunk, offset))
+    def add(position: int, chunk: bytes, offset: int, size: int, _body_size: int) -> None:
+        index.add(position, size, record_timestamp(chunk, offset))
 
     return None if scan_records(fd, path, add, sync_truncation=False) is None else index
