@@ -130,6 +130,10 @@ def scenarios(connections: int, churn_queues: int) -> tuple[Scenario, list[Scena
         # of 100 queues' deliveries that its last round trip waits behind them for tens of seconds.
         Scenario("fan-out to 100 queues, a consumer each, confirms", ("fanout", "--queues", "100", "--confirm", "1000",
                  *message), "consume_rate", "deliveries/s", per_message),
+        # Producers each cycle over the 4 keys; the consumers are 4 connections, a queue each.
+        Scenario("4 queues, 4 producers, 4 consumers, manual ack",
+                 ("many-queues", "--queues", "4", "--connections", "4", "--producers", "4", "--prefetch", "1000",
+                  *message), "consume_rate", "msg/s", per_message),
         Scenario("topic, 10,000 wildcard bindings, 10 queues", ("topic", "--queues", "10", "--bindings", "10000",
                  *message), "consume_rate", "msg/s", per_message),
         Scenario("1,000 connections at 100 msg/s each, 1,000 consumers",
