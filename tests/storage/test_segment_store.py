@@ -6,6 +6,7 @@ import logging
 import os
 import random
 import shutil
+import tracemalloc
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -661,3 +662,16 @@ def test_a_purge_drops_recent_messages_too(store: SegmentStore) -> None:
     assert store.purge() == 10
     store.push(message(b"after"))
     assert bodies(store) == [b"after"]
+
+
+def test_an_empty_durable_store_stays_small(tmp_path: Path) -> None:
+    """A broker may hold 100,000 queues that never see a message: an empty store allocates
+    no buffers for messages it does not have (the window of recent appends was 760 bytes)."""
+    SegmentStore(tmp_path / "first", durable=True).close()  # module state made once
+    tracemalloc.start()
+    stores = [SegmentStore(tmp_path / f"q{index}", durable=True) for index in range(1000)]
+    per_store = tracemalloc.get_traced_memory()[0] / len(stores)
+    tracemalloc.stop()
+    for store in stores:
+        store.close()
+    assert per_store < 2600, f"{per_store:.0f} bytes per empty durable store"

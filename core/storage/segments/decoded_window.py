@@ -34,6 +34,7 @@ class _Budget:
 
 
 _budget: Final = _Budget()
+_NO_ENTRIES: Final[deque[tuple[int, int, Message, int]]] = deque(maxlen=0)  # shared, and never appended to
 
 
 def window_bytes() -> int:
@@ -47,7 +48,9 @@ class DecodedWindow:
     __slots__ = ("_bytes", "_entries")
 
     def __init__(self) -> None:
-        self._entries: deque[tuple[int, int, Message, int]] = deque()
+        # Made at the first append: an empty deque is 760 bytes, and most of a broker's
+        # queues (100,000 of them, say) may never hold a message.
+        self._entries: deque[tuple[int, int, Message, int]] = _NO_ENTRIES
         self._bytes = 0
 
     def remember(self, message_id: int, size: int, message: Message) -> None:
@@ -57,6 +60,8 @@ class DecodedWindow:
             return
         _budget.last_message = message
         entries = self._entries
+        if entries is _NO_ENTRIES:
+            entries = self._entries = deque()
         entries.append((message_id, size, message, cost))
         self._bytes += cost
         _budget.used += cost
@@ -94,7 +99,7 @@ class DecodedWindow:
         return count, body_bytes
 
     def clear(self) -> None:
-        self._entries.clear()
+        self._entries = _NO_ENTRIES
         _budget.used -= self._bytes
         self._bytes = 0
 
