@@ -122,11 +122,12 @@ class ConfirmTracker:
                 self._singles = {single for single in self._singles if single > tag}
         elif tag == self._floor + 1:  # in order, as brokers that confirm one by one send them
             self._floor = tag
-            while self._floor + 1 in self._singles:
-                self._singles.remove(self._floor + 1)
-                self._floor += 1
         elif tag > self._floor:
             self._singles.add(tag)  # out of order: held until the ones below it are in
+        # Singles the floor has reached join it, whichever confirm raised it.
+        while self._floor + 1 in self._singles:
+            self._singles.remove(self._floor + 1)
+            self._floor += 1
         return self.settled - before
 
 

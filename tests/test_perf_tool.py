@@ -264,3 +264,14 @@ def test_confirms_one_by_one_are_counted_without_keeping_each_tag() -> None:
     tracker.scan(acks(200_001))
     tracker.scan(acks(200_005, multiple=True))
     assert tracker.settled == 200_005
+    # A single ahead of a multiple confirm: once the multiple one reaches it, in-order singles
+    # after it are not held either.
+    tracker.scan(acks(200_007))
+    tracker.scan(acks(200_006, multiple=True))
+    tracemalloc.start()
+    for first in range(200_008, 300_008, 1000):
+        tracker.scan(acks(*range(first, first + 1000)))
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert tracker.settled == 300_007
+    assert held < 100_000, f"{held} bytes held after 100,000 confirms in order behind a multiple one"
