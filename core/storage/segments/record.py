@@ -220,8 +220,12 @@ def intact_flags(buffer: bytes, offset: int, size: int) -> int:
     end = offset + size
     if size < FIXED_SIZE or end > len(buffer):
         return DAMAGED
-    crc: int = _LENGTH_CRC.unpack_from(buffer, offset)[1]
-    return buffer[offset + _CRC_START] if zlib.crc32(buffer[offset + _CRC_START : end]) == crc else DAMAGED
+    return buffer[offset + _CRC_START] if _crc_matches(buffer, offset, end) else DAMAGED
+
+
+def _crc_matches(data: bytes, offset: int, end: int) -> bool:
+    """Whether the record from `offset` to `end` matches the crc in its header."""
+    return _crc32(data[offset + _CRC_START : end]) == u32_at(data, offset + 4)
 
 
 def hole_records(sizes: list[int], timestamp: int) -> bytes:
@@ -281,7 +285,7 @@ def checked_body_size(data: bytes, offset: int) -> int:
     end = offset + HEADER_SIZE + u32_at(data, offset)
     if end - offset < FIXED_SIZE or end > len(data):
         return DAMAGED
-    if _crc32(data[offset + _CRC_START : end]) != u32_at(data, offset + 4):
+    if not _crc_matches(data, offset, end):
         return DAMAGED
     # Walk the length fields; each must land inside the record, the body exactly at its end.
     position = offset + HEADER_SIZE + 8
