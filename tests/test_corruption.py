@@ -2,7 +2,8 @@
 
 Each case damages real files of a stopped broker (flipped bytes, a deleted file) or kills
 it with SIGKILL mid-delete, restarts it, and checks what comes back (exact counts) and
-what the log says. Small segments (`[main] segment_size`) give a queue many segment files.
+what the log says. After a crash every record's crc is checked at start; after a clean
+stop it is checked when the record is first read. Small segments (`[main] segment_size`) give a queue many segment files.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from broker_process import BrokerFactory, BrokerProcess
 from lavin.client.wire import AmqpError, Connection, connect
+from lavin.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE
 from lavin.storage.segments.record import FILE_HEADER_SIZE, HEADER_SIZE, LENGTH, decode_record
 from pamqp import commands
 
@@ -100,18 +102,25 @@ def segments_of(broker: BrokerProcess, name: str) -> list[Path]:
     return sorted(path for path in queue_dir(broker, name).iterdir() if path.name.startswith("msgs."))
 
 
+def flip_four_records(broker: BrokerProcess, name: str) -> tuple[Path, list[tuple[int, bytes]]]:
+    """Flip a byte in the middle of four messages of the queue's second segment file:
+    the file and (position, body) of each damaged record."""
+    segments = segments_of(broker, name)
+    assert len(segments) >= 8
+    segment = segments[1]
+    damaged = [segment_records(segment)[number] for number in (3, 9, 15, 21)]
+    for position, _ in damaged:
+        flip(segment, position + HEADER_SIZE + 100)
+    return segment, damaged
+
+
 def test_flipped_bytes_in_a_segment_cost_only_the_damaged_records(
     broker_factory: BrokerFactory, tmp_path: Path
 ) -> None:
     broker = start_broker(broker_factory, tmp_path)
     publish(broker, "flipped", 1200)
-    broker.stop()
-    segments = segments_of(broker, "flipped")
-    assert len(segments) >= 8
-    segment = segments[1]
-    damaged = [segment_records(segment)[number] for number in (3, 9, 15, 21)]
-    for position, _ in damaged:
-        flip(segment, position + HEADER_SIZE + 100)  # a byte in the middle of each message
+    broker.kill()  # a crash: the next start checks every record's crc
+    segment, damaged = flip_four_records(broker, "flipped")
 
     broker.start()
     assert message_count(broker, "flipped") == 1196
@@ -121,6 +130,30 @@ def test_flipped_bytes_in_a_segment_cost_only_the_damaged_records(
     assert f"{segment}: 4 damaged record(s) (" in error
     assert "kept as msgs.0000000002.corrupt" in error
     assert (segment.parent / "msgs.0000000002.corrupt").exists()
+
+
+def test_after_a_clean_stop_a_damaged_record_is_passed_over_when_first_read(
+    broker_factory: BrokerFactory, tmp_path: Path
+) -> None:
+    broker = start_broker(broker_factory, tmp_path)
+    publish(broker, "flipped", 1200)
+    broker.stop()
+    assert (broker.data_dir / CLEAN_SHUTDOWN_FILE).exists()
+    segment, damaged = flip_four_records(broker, "flipped")
+
+    broker.start()
+    assert not (broker.data_dir / CLEAN_SHUTDOWN_FILE).exists()
+    assert message_count(broker, "flipped") == 1200  # the lengths are whole; crcs are not read at start
+    lost = {damaged_body for _, damaged_body in damaged}
+    assert consume_all(broker, "flipped", 1196) == [body(index) for index in range(1200) if body(index) not in lost]
+    assert message_count(broker, "flipped") == 0
+    errors = log_lines(broker, "ERROR")
+    assert len(errors) == 4
+    for line, (position, _) in zip(errors, damaged, strict=True):
+        assert f"{segment}: the record at byte {position} fails its crc; passed over, not delivered" in line
+
+    broker.restart()  # the damaged records were acked: none comes back
+    assert message_count(broker, "flipped") == 0
 
 
 def test_a_segment_of_unknown_format_is_kept_aside_and_the_queue_keeps_its_bindings(

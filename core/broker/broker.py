@@ -25,6 +25,7 @@ from lavin.broker.runtime.stats import MessageStats, ObservedConnection
 from lavin.broker.vhost import VHost
 from lavin.config import Config, StartupError
 from lavin.plugin_registry import Registry
+from lavin.storage.clean_shutdown import leave_clean_shutdown_mark, take_clean_shutdown_mark
 from lavin.storage.toolkit import SegmentStorage
 
 log = logging.getLogger(__name__)
@@ -98,8 +99,13 @@ class Broker(AuthContext):
         self.loop = asyncio.get_running_loop()
         self.group_commit.loop = self.loop
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        closed_cleanly = take_clean_shutdown_mark(self.config.data_dir)
+        self.storage.closed_cleanly = closed_cleanly and self.cluster is None
         self.global_parameters.load()
-        self.access.load()
+        try:
+            self.access.load()  # starts the vhosts, which recover their queues
+        finally:
+            self.storage.closed_cleanly = False
         for backend in self.auth_backends:
             try:
                 backend.configure(MappingProxyType(dict(self.config.plugin_settings.get(backend.name, {}))), self)
@@ -136,6 +142,8 @@ class Broker(AuthContext):
         await self.group_commit.drain()
         for vhost in self.vhosts.values():
             vhost.close()
+        if self.cluster is None:
+            leave_clean_shutdown_mark(self.config.data_dir)
         for backend in self.auth_backends:
             try:
                 await backend.close()

@@ -35,6 +35,7 @@ from lavin.plugin_registry import Registry
 from lavin.readiness import notify_systemd, remove_ready_file, write_ready_file
 from lavin.server import STOP_SIGNALS, ClusterAttachments, start_broker
 from lavin.storage.changes import CHANGES
+from lavin.storage.clean_shutdown import take_clean_shutdown_mark
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,9 @@ class ClusterNode:
 
     # --- the node's life -------------------------------------------------------------------
     async def run(self) -> None:
+        # Replication changes the files with no broker on them: a mark of the clean shutdown
+        # of a single node run here before must not outlive this start.
+        take_clean_shutdown_mark(self.config.data_dir)
         await self._bind()
         background: list[asyncio.Task[None]] = []
         try:

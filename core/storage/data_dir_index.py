@@ -3,7 +3,7 @@ that a follower compares with its own to find what to fetch and what to delete.
 
 Not replicated: the `.lock` of the broker holding the directory, the files of the node
 itself in a cluster (`NODE_FILES`: its name, its mark of an unfinished sync, its control
-socket), everything under a
+socket, a clean shutdown's mark), everything under a
 vhost's `transient/` directory (non-durable queues, wiped at start), temporary files of
 atomic rewrites (`*.tmp`, renamed over their final name once written: only the rename is
 reported), and the `*.corrupt` copies of damaged files kept for inspection on the node
@@ -18,12 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from lavin.storage.changes import StrPath
+from lavin.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE
 from lavin.storage.quarantine import CORRUPT_SUFFIX
 
 LOCK_FILE = ".lock"
 # A cluster node's own: its name, the mark of a full sync under way, the control socket.
 NODE_FILES = frozenset(
-    (LOCK_FILE, ".clustering_node", ".clustering_node.partial", ".clustering_syncing", "control.sock")
+    (
+        LOCK_FILE,
+        ".clustering_node",
+        ".clustering_node.partial",
+        ".clustering_syncing",
+        "control.sock",
+        CLEAN_SHUTDOWN_FILE,
+    )
 )
 TRANSIENT_DIR = "transient"
 TEMPORARY_SUFFIX = ".tmp"

@@ -24,9 +24,11 @@ class SegmentStorage:
 
     def __init__(self, segment_size: int = DEFAULT_SEGMENT_SIZE) -> None:
         self.segment_size = segment_size
+        # While the broker recovers from a clean shutdown: stores skip the records' crcs.
+        self.closed_cleanly = False
 
     def fifo_store(self, path: Path, durable: bool) -> QueueType:
-        return cast(QueueType, SegmentStore(path, durable, self.segment_size))
+        return cast(QueueType, SegmentStore(path, durable, self.segment_size, self.closed_cleanly))
 
     def stream_store(self, path: Path, segment_size: int | None, retention: Retention) -> StreamType:
         return StreamStore(path, segment_size=segment_size or self.segment_size, retention=retention)

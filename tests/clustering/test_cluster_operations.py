@@ -19,6 +19,7 @@ from broker_process import BrokerProcess
 from clustering.cluster import Cluster
 from control_helpers import ctl_ok
 from helpers import eventually
+from lavin.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE
 from lavin.testing.etcd_server import EtcdServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -177,3 +178,25 @@ def test_the_replication_port_refuses_a_stranger_and_garbage(cluster: Cluster) -
     assert "Traceback" not in leader.output
     assert Cluster.name_of(leader) == cluster.leader_name()
     assert len(cluster.in_sync()) == 3
+
+
+def test_a_cluster_node_neither_keeps_nor_leaves_a_clean_shutdown_mark(tmp_path: Path, etcd: EtcdServer) -> None:
+    """Replication changes a follower's files while no broker runs on them, so the mark that
+    lets a single node skip crc checks at start must not stand on a cluster node."""
+    cluster = Cluster(tmp_path, etcd.endpoint, size=2)
+    leader, follower = cluster.nodes
+    marks = [node.data_dir / CLEAN_SHUTDOWN_FILE for node in cluster.nodes]
+    for node, mark in zip(cluster.nodes, marks, strict=True):
+        node.data_dir.mkdir(parents=True)
+        mark.touch()  # as a clean stop of a single node on this data dir left it
+    try:
+        leader.start()
+        cluster.leader()
+        follower.start()
+        cluster.wait_in_sync(2)
+        assert not any(mark.exists() for mark in marks)
+        follower.stop()
+        leader.stop()
+        assert not any(mark.exists() for mark in marks)
+    finally:
+        cluster.stop()

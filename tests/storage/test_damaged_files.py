@@ -121,6 +121,57 @@ def test_damaged_records_in_a_middle_segment_cost_only_themselves(
     reopened.close()
 
 
+def test_after_a_clean_shutdown_crcs_are_checked_when_first_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "q"
+    by_segment = queue_with_segments(path, 250)
+    segment = path / "msgs.0000000002"
+    positions = records(segment)
+    for record in (1, 6):
+        flip(segment, positions[record] + HEADER_SIZE + 40)
+    lost = {by_segment[2][1], by_segment[2][6]}
+    first_in_segment = by_segment[2][0]
+
+    with caplog.at_level(logging.WARNING):
+        store = SegmentStore(path, durable=True, segment_size=QUEUE_SEGMENT, closed_cleanly=True)
+    assert len(store) == 250 and caplog.records == []  # the lengths are whole: no crc was read
+    for _ in range(first_in_segment + 1):
+        assert store.take() is not None
+    # A peek passes over a damaged record as a take does, so that both see the same head.
+    peeked = store.peek()
+    assert peeked is not None and peeked[1].body == body(by_segment[2][2])
+    assert len(store) == 250 - first_in_segment - 2
+    expected = [body(index) for index in range(first_in_segment + 2, 250) if index not in lost]
+    assert taken_bodies(store) == expected
+    assert errors(caplog) == [
+        f"{segment}: the record at byte {positions[record]} fails its crc; passed over, not delivered"
+        for record in (1, 6)
+    ]
+    assert not (path / "msgs.0000000002.corrupt").exists()
+    store.close()
+
+    reopened = SegmentStore(path, durable=True, segment_size=QUEUE_SEGMENT)
+    assert len(reopened) == 248  # the damaged two were acked; the others, taken and not acked, are back
+    reopened.close()
+
+
+def test_after_a_clean_shutdown_a_damaged_length_field_is_still_found_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "q"
+    by_segment = queue_with_segments(path, 250)
+    segment = path / "msgs.0000000002"
+    flip(segment, records(segment)[7] + 1)
+
+    with caplog.at_level(logging.WARNING):
+        store = SegmentStore(path, durable=True, segment_size=QUEUE_SEGMENT, closed_cleanly=True)
+    assert len(store) == 249  # the careful scan took over: the damaged record is a hole
+    assert taken_bodies(store) == [body(index) for index in range(250) if index != by_segment[2][7]]
+    assert "1 damaged record(s)" in errors(caplog)[0]
+    store.close()
+
+
 def test_a_segment_of_unknown_format_is_kept_aside_and_the_others_recovered(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

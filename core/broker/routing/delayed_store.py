@@ -73,7 +73,8 @@ class DelayedMessages:
         self.exchange = exchange
         # Named like LavinMQ's internal queue; `amq.` names cannot clash with a client's queue.
         self.name = f"amq.delayed-{exchange.name}"
-        self.store = SegmentStore(path, durable, exchange.vhost.storage.segment_size)
+        storage = exchange.vhost.storage
+        self.store = SegmentStore(path, durable, storage.segment_size, storage.closed_cleanly)
         self.deleted = False
         self._due: list[tuple[int, int]] = []  # heap of (due ms, message id)
         self._timer: asyncio.TimerHandle | None = None

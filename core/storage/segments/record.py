@@ -275,17 +275,17 @@ def body_size(buffer: bytes | bytearray, offset: int) -> int:
     return int(_U64.unpack_from(buffer, _body_length_offset(buffer, offset))[0])
 
 
-def checked_body_size(data: bytes, offset: int) -> int:
-    """Body size of the record at `offset`, or DAMAGED when it fails its crc, its field
-    lengths disagree, or `data` ends before it. A recovery scan calls this for every record:
-    integers are read octet by octet, which compiled allocates nothing (a struct unpack
-    builds a tuple each time)."""
+def checked_body_size(data: bytes, offset: int, verify_crc: bool = True) -> int:
+    """Body size of the record at `offset`, or DAMAGED when it fails its crc (unless
+    `verify_crc` is False), its field lengths disagree, or `data` ends before it. A recovery
+    scan calls this for every record: integers are read octet by octet, which compiled
+    allocates nothing (a struct unpack builds a tuple each time)."""
     if offset + HEADER_SIZE > len(data):
         return DAMAGED
     end = offset + HEADER_SIZE + u32_at(data, offset)
     if end - offset < FIXED_SIZE or end > len(data):
         return DAMAGED
-    if not _crc_matches(data, offset, end):
+    if verify_crc and not _crc_matches(data, offset, end):
         return DAMAGED
     # Walk the length fields; each must land inside the record, the body exactly at its end.
     position = offset + HEADER_SIZE + 8

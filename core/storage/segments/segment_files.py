@@ -215,10 +215,11 @@ class RecordWalk:
     """The records of a segment file in order, read a chunk at a time: `check` the one at
     `position`, then `advance` past it."""
 
-    __slots__ = ("_fd", "chunk", "chunk_start", "file_size", "position", "size")
+    __slots__ = ("_fd", "_verify_crc", "chunk", "chunk_start", "file_size", "position", "size")
 
-    def __init__(self, fd: int, file_size: int) -> None:
+    def __init__(self, fd: int, file_size: int, verify_crc: bool = True) -> None:
         self._fd = fd
+        self._verify_crc = verify_crc
         self.file_size = file_size
         self.position = FILE_HEADER_SIZE
         self.chunk = b""
@@ -247,7 +248,7 @@ class RecordWalk:
         if offset + self.size > len(self.chunk):
             self._read(max(_SCAN_CHUNK, self.size))
             offset = 0
-        return checked_body_size(self.chunk, offset)
+        return checked_body_size(self.chunk, offset, self._verify_crc)
 
     def advance(self) -> None:
         self.position += self.size
@@ -425,16 +426,18 @@ class _LiveRecords:
         return ScannedSegment(size, self.live, self.live_bytes, self.skip)
 
 
-def scan_segment(fd: int, path: Path, acked: set[int]) -> ScannedSegment | None:
+def scan_segment(fd: int, path: Path, acked: set[int], verify_crc: bool = True) -> ScannedSegment | None:
     """Validate every record of a segment and sort them into live and skipped; see
-    `scan_records` for damaged files.
+    `scan_records` for damaged files. Without `verify_crc` (the files were closed cleanly,
+    `lavin.storage.clean_shutdown`) only the length fields are checked, and a record they
+    do not account for still sends the file to the careful scan.
 
     An intact file, the usual case, is walked without a call per record: a restart with
     a hundred million messages queued spends its time here."""
     file_size = os.fstat(fd).st_size
     if check_header(fd, path):
         records = _LiveRecords(acked)
-        walk = RecordWalk(fd, file_size)
+        walk = RecordWalk(fd, file_size, verify_crc)
         while walk.position < file_size:
             body = walk.check()
             if body == DAMAGED:

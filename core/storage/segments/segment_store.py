@@ -26,12 +26,14 @@ from lavin.storage.disk import ensure_directory, recreate_directory
 from lavin.storage.segments.decoded_window import WINDOW_MESSAGES, DecodedWindow
 from lavin.storage.segments.open_files import OPEN_FILES, PooledDirectory
 from lavin.storage.segments.record import (
+    DAMAGED,
     FILE_HEADER_BYTES,
     FILE_HEADER_SIZE,
     FLAG_PERSISTENT,
     RecordEncoder,
     body_size,
     decode_record,
+    intact_flags,
     now_ms,
     record_flags,
     record_size,
@@ -94,6 +96,7 @@ class _Segment:
         "ack_fd",
         "ack_size",
         "base",
+        "crc_unchecked",
         "fd",
         "id",
         "live",
@@ -120,6 +123,9 @@ class _Segment:
         self.ack_fd = -1
         self.ack_size = -1  # bytes of whole entries in the ack file; -1: it has none
         self.pending_acks = array("I")
+        # Recovered after a clean shutdown, its records' crcs not checked: each is checked
+        # when first read instead (`SegmentStore._peek_intact`).
+        self.crc_unchecked = False
 
     def take_fds(self) -> list[int]:
         """The pool takes the fds back; the store reopens the files when it next uses them."""
@@ -180,7 +186,11 @@ class SegmentStore:
         "segment_size",
     )
 
-    def __init__(self, path: Path, durable: bool, segment_size: int = DEFAULT_SEGMENT_SIZE) -> None:
+    def __init__(
+        self, path: Path, durable: bool, segment_size: int = DEFAULT_SEGMENT_SIZE, closed_cleanly: bool = False
+    ) -> None:
+        """`closed_cleanly`: the files are as a clean shutdown left them, so recovery need
+        not check each record's crc (`lavin.storage.clean_shutdown`)."""
         if not FILE_HEADER_SIZE < segment_size <= 1 << 32:
             raise ValueError(f"segment_size must be between 5 bytes and 4 GiB, not {segment_size}")
         self.path = path
@@ -221,7 +231,7 @@ class SegmentStore:
         self._directory = PooledDirectory(path)
         if durable:
             ensure_directory(path)
-            self._recover()
+            self._recover(closed_cleanly)
         self._dir_made = durable  # a non-durable store's directory appears with its first write
         self._create_write_segment(max(self._segments, default=0) + 1)
         self._move_cursor(next(iter(self._segments.values())))
@@ -329,7 +339,10 @@ class SegmentStore:
         if held is not None:
             size, message = held
         else:
-            buffer, offset, size = self._peek()
+            located = self._peek_intact()
+            if located is None:
+                return None
+            buffer, offset, size = located
             message_id = self._cursor_id
             message = decode_record(buffer, offset)
         self._advance(size)
@@ -346,8 +359,8 @@ class SegmentStore:
             return message_id, self.read(message_id), True
         if not self._ready:
             return None
-        buffer, offset, _ = self._peek()
-        return self._cursor_id, decode_record(buffer, offset), False
+        located = self._peek_intact()
+        return None if located is None else (self._cursor_id, decode_record(located[0], located[1]), False)
 
     def remove(self, message_id: int) -> None:
         """Drop a ready message wherever it waits, as if it was taken and acked.
@@ -578,6 +591,34 @@ class SegmentStore:
             self._find_next_skip()
             self._advance(located[2])
 
+    def _peek_intact(self) -> tuple[bytes, int, int] | None:
+        """`_peek`, but a record of a segment recovered without checking crcs is checked
+        first, and one that fails is passed over for good (`_pass_over_damaged`); None
+        when that leaves no ready record."""
+        located = self._peek()
+        if self._cursor.crc_unchecked and intact_flags(located[0], located[1], located[2]) == DAMAGED:
+            if not self._pass_over_damaged():
+                return None
+            located = self._peek()
+        return located
+
+    def _pass_over_damaged(self) -> bool:
+        """Drop the damaged records at the cursor as if taken and acked: a damaged message is
+        never delivered. Whether a ready record past the cursor is left."""
+        while self._ready > self._requeued_ready:
+            buffer, offset, size = self._peek()
+            if not self._cursor.crc_unchecked or intact_flags(buffer, offset, size) != DAMAGED:
+                return True
+            message_id = self._cursor_id
+            log.error(
+                "%s: the record at byte %d fails its crc; passed over, not delivered",
+                segment_path(self.path, message_id >> 32),
+                message_id & _POSITION_MASK,
+            )
+            self.skip(message_id)
+            self.ack(message_id)
+        return False
+
     def _no_longer_ready_persistent(self, size: int) -> None:
         self._persistent_ready -= 1
         self._persistent_ready_bytes -= size
@@ -784,7 +825,7 @@ class SegmentStore:
 
     # -- recovery --------------------------------------------------------------------------
 
-    def _recover(self) -> None:
+    def _recover(self, closed_cleanly: bool) -> None:
         """Rebuild the counts from the files: persistent records not acked are ready.
 
         A segment of an unknown format is kept aside (`*.corrupt`, its ack file too) and
@@ -796,7 +837,7 @@ class SegmentStore:
             has_acks = acks.exists()
             fd = os.open(path, os.O_RDWR | os.O_APPEND)
             try:
-                scanned = scan_segment(fd, path, load_acks(acks) if has_acks else set())
+                scanned = scan_segment(fd, path, load_acks(acks) if has_acks else set(), not closed_cleanly)
             except UnsupportedSegment as exc:
                 os.close(fd)
                 set_aside.append(f"{exc}, kept as {quarantine.set_aside(path).name}")
@@ -810,6 +851,7 @@ class SegmentStore:
                 continue
             segment = _Segment(segment_id, fd, scanned.size, scanned.live, scanned.skip)
             segment.persistent = True
+            segment.crc_unchecked = closed_cleanly
             if has_acks:  # written at known positions, not appended to: opened when next written
                 segment.ack_size = acks.stat().st_size
             self._segments[segment_id] = segment
