@@ -3,7 +3,8 @@
 Each case damages real files of a stopped broker (flipped bytes, a deleted file) or kills
 it with SIGKILL mid-delete, restarts it, and checks what comes back (exact counts) and
 what the log says. After a crash every record's crc is checked at start; after a clean
-stop it is checked when the record is first read. Small segments (`[main] segment_size`) give a queue many segment files.
+stop it is checked when the record is first read. Small segments (`[main] segment_size`)
+give a queue many segment files.
 """
 
 from __future__ import annotations
