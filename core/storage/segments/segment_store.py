@@ -61,6 +61,11 @@ DEFAULT_SEGMENT_SIZE: Final = 8 << 20
 _POSITION_MASK: Final = 0xFFFFFFFF
 _WRITE_BUFFER_LIMIT: Final = 1 << 20  # a burst within one tick goes to the OS before it grows further
 _NO_SKIP: Final = -1
+# Empty containers shared by every store and segment that has nothing in them yet, and never
+# added to (each is replaced by one of its own first): an empty array is 80 bytes and an empty
+# set 216, and most of a broker's queues (100,000 of them, say) may never need one.
+_NO_POSITIONS: Final[array[int]] = array("I")
+_NO_IDS: Final[set[int]] = set()
 _BODY_APART: Final = 16 << 10  # bodies of this size and more are not copied into the write buffer
 # Records of non-durable stores stay in memory while they are in flight: a segment whose
 # records are all acked before it has to be written is dropped without ever reaching the
@@ -122,7 +127,7 @@ class _Segment:
         self.skip = skip  # recovered segments: ascending positions the cursor passes over
         self.ack_fd = -1
         self.ack_size = -1  # bytes of whole entries in the ack file; -1: it has none
-        self.pending_acks = array("I")
+        self.pending_acks = _NO_POSITIONS  # positions acked since the last flush
         # Recovered after a clean shutdown, its records' crcs not checked: each is checked
         # when first read instead (`SegmentStore._peek_intact`).
         self.crc_unchecked = False
@@ -203,7 +208,7 @@ class SegmentStore:
         self._random_reader = ReadWindow()
         self._disk_writes = 0  # writes of records to segment files
         self._requeued: list[int] = []  # heap of ids before the cursor; its top is never removed
-        self._removed_requeued: set[int] = set()  # ids in the heap that `remove` dropped
+        self._removed_requeued = _NO_IDS  # ids in the heap that `remove` dropped
         self._requeued_ready = 0  # ids in the heap not removed
         self._removed_ahead: list[int] = []  # heap of ids past the cursor that `remove` dropped
         self._ready = 0  # live requeued ids plus unread records past the cursor
@@ -377,6 +382,8 @@ class SegmentStore:
             self._no_longer_ready_persistent(size)
         if message_id < self._cursor_id:  # behind the cursor only requeued ids are ready
             self._requeued_ready -= 1
+            if self._removed_requeued is _NO_IDS:
+                self._removed_requeued = set()
             self._removed_requeued.add(message_id)
             self._drop_removed_requeued()
         else:
@@ -409,6 +416,8 @@ class SegmentStore:
         segment = self._segments[message_id >> 32]
         if segment.persistent:
             pending = segment.pending_acks
+            if pending is _NO_POSITIONS:
+                pending = segment.pending_acks = array("I")
             pending.append(message_id & _POSITION_MASK)
             if len(pending) == 1:
                 self._acks_dirty.append(segment)
@@ -458,7 +467,7 @@ class SegmentStore:
             to_ack.append(self._cursor_id)
             self._advance(size)
         self._requeued = []
-        removed.clear()
+        self._removed_requeued = _NO_IDS
         self._window.clear()
         self._requeued_ready = 0
         self._ready = self._ready_bytes = 0
@@ -586,7 +595,7 @@ class SegmentStore:
             else:
                 self._skip_index += 1
                 if self._skip_index == len(self._cursor.skip):
-                    self._cursor.skip = array("I")  # the cursor never comes back: free the list
+                    self._cursor.skip = _NO_POSITIONS  # the cursor never comes back: free the list
                     self._skip_index = 0
             self._find_next_skip()
             self._advance(located[2])
@@ -662,7 +671,7 @@ class SegmentStore:
 
     def _create_write_segment(self, segment_id: int) -> None:
         """A new segment to append to; its file is created by its first write."""
-        segment = _Segment(segment_id, -1, 0, 0, array("I"))
+        segment = _Segment(segment_id, -1, 0, 0, _NO_POSITIONS)
         self._write_buffer = bytearray(FILE_HEADER_BYTES)
         segment.unwritten.append(self._write_buffer)
         segment.unwritten_size = FILE_HEADER_SIZE
