@@ -3,6 +3,8 @@ held once, so it is paid for once, not once per queue."""
 
 from __future__ import annotations
 
+import sys
+
 from lavin.api.message import Message
 from lavin.storage.segments.decoded_window import ALL_WINDOWS_BYTES, DecodedWindow, window_bytes
 
@@ -75,3 +77,13 @@ def test_what_the_windows_hold_is_given_back_to_the_budget() -> None:
     assert window.held(0, frozenset()) == (999, sum(len(b"%d" % index) for index in range(2000, 2999)))
     window.clear()
     assert window_bytes() == before
+
+
+def test_a_taken_message_is_not_kept_by_the_window() -> None:
+    window = DecodedWindow()
+    first = message(b"large")
+    references = sys.getrefcount(first)
+    window.remember(4, 40, first)
+    window.remember(44, 40, message(b"next"))  # the window is not empty after the take
+    assert window.take(4) == (40, first)
+    assert sys.getrefcount(first) == references

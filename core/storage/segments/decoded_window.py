@@ -143,16 +143,17 @@ class DecodedWindow:
     def _drop_first(self) -> None:
         """Drop the entry at `_head`; the taken ones are cut off the lists now and then."""
         head = self._head
-        sizes = self._sizes
+        sizes, messages = self._sizes, self._messages
         size = sizes[head]
         self._first_id += size
-        self._release(size, self._messages[head], self._shared[head])
+        self._release(size, messages[head], self._shared[head])
+        messages[head] = None  # the message may be large: not kept until the lists are cut
         head += 1
         if head == len(sizes):
-            del sizes[:], self._messages[:], self._shared[:]
+            del sizes[:], messages[:], self._shared[:]
             head = 0
         elif head >= _COMPACT_AT and head * 2 >= len(sizes):
-            del sizes[:head], self._messages[:head], self._shared[:head]
+            del sizes[:head], messages[:head], self._shared[:head]
             head = 0
         self._head = head
 
