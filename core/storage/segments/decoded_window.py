@@ -134,11 +134,10 @@ class DecodedWindow:
         return count, body_bytes
 
     def clear(self) -> None:
-        messages, shared = self._messages, self._shared
-        for index in range(self._head, len(self._sizes)):
-            self._release(self._sizes[index], messages[index], shared[index])
         self._sizes, self._messages, self._shared = _NO_SIZES, _NO_MESSAGES, _NO_SHARED
         self._head = 0
+        _budget.used -= self._bytes  # `_bytes` is the sum of the held entries' costs
+        self._bytes = 0
 
     def _drop_first(self) -> None:
         """Drop the entry at `_head`; the taken ones are cut off the lists now and then."""
