@@ -602,22 +602,12 @@ class SegmentStore:
 
     def _peek_intact(self) -> tuple[bytes, int, int] | None:
         """`_peek`, but a record of a segment recovered without checking crcs is checked
-        first, and one that fails is passed over for good (`_pass_over_damaged`); None
-        when that leaves no ready record."""
-        located = self._peek()
-        if self._cursor.crc_unchecked and intact_flags(located[0], located[1], located[2]) == DAMAGED:
-            if not self._pass_over_damaged():
-                return None
-            located = self._peek()
-        return located
-
-    def _pass_over_damaged(self) -> bool:
-        """Drop the damaged records at the cursor as if taken and acked: a damaged message is
-        never delivered. Whether a ready record past the cursor is left."""
+        first. One that fails is dropped as if taken and acked, so a damaged message is
+        never delivered; None when that leaves no ready record past the cursor."""
         while self._ready > self._requeued_ready:
-            buffer, offset, size = self._peek()
-            if not self._cursor.crc_unchecked or intact_flags(buffer, offset, size) != DAMAGED:
-                return True
+            located = self._peek()
+            if not self._cursor.crc_unchecked or intact_flags(located[0], located[1], located[2]) != DAMAGED:
+                return located
             message_id = self._cursor_id
             log.error(
                 "%s: the record at byte %d fails its crc; passed over, not delivered",
@@ -626,7 +616,7 @@ class SegmentStore:
             )
             self.skip(message_id)
             self.ack(message_id)
-        return False
+        return None
 
     def _no_longer_ready_persistent(self, size: int) -> None:
         self._persistent_ready -= 1
